@@ -1,0 +1,12 @@
+"""How one candidate trains: offline datasets, the model builder, synchronous data-parallel
+SGD over MPI, the worker program (``python -m training.worker``) and its launcher.
+
+Importing this package is cheap: torch and mpi4py load only inside the MPI job.
+The driver-side surface is :mod:`training.launch`.
+"""
+
+from training._config import METRICS, SEARCHABLE, TrainConfig
+from training._data import DATASETS, Dataset, load_dataset
+from training._spec import TrialSpec
+
+__all__ = ["DATASETS", "METRICS", "SEARCHABLE", "Dataset", "TrainConfig", "TrialSpec", "load_dataset"]

@@ -1,0 +1,74 @@
+"""The configuration of one candidate's training, validated in one place."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from training._data import check_dataset_name
+
+ALGORITHMS = ("sync",)
+ACTIVATIONS = ("relu", "tanh", "gelu", "silu")
+OPTIMIZERS = ("sgd", "adam")
+# Fields a study's [space] may search. The rest describe the experiment, not the candidate.
+SEARCHABLE = (
+    "lr",
+    "batch_size",
+    "momentum",
+    "weight_decay",
+    "optimizer",
+    "hidden",
+    "layers",
+    "activation",
+    "dropout",
+    "ranks",
+    "algorithm",
+)
+
+
+class TrainConfig(BaseModel):
+    """Everything one MPI training job needs besides its trial identity.
+
+    >>> TrainConfig(dataset="digits", epochs=3).batch_size
+    64
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dataset: str = "digits"
+    epochs: int = Field(10, ge=1)
+    batch_size: int = Field(64, ge=1, description="global batch, split across ranks")
+    lr: float = Field(0.05, gt=0)
+    momentum: float = Field(0.9, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    hidden: int = Field(128, ge=1)
+    layers: int = Field(2, ge=0, le=64)
+    activation: Literal["relu", "tanh", "gelu", "silu"] = "relu"
+    dropout: float = Field(0.0, ge=0, lt=1)
+    ranks: int = Field(2, ge=1)
+    algorithm: Literal["sync"] = "sync"
+    seed: int = 0
+    val_fraction: float = Field(0.2, gt=0, le=0.5)
+    threads_per_rank: int = Field(1, ge=1)
+
+    @field_validator("dataset")
+    @classmethod
+    def _known_dataset(cls, value: str) -> str:
+        check_dataset_name(value)
+        return value
+
+    def with_params(self, params: dict[str, Any]) -> TrainConfig:
+        """A copy with the searched values of ``params`` applied (validated again)."""
+        known = {k: v for k, v in params.items() if k in SEARCHABLE}
+        return TrainConfig.model_validate({**self.model_dump(), **known})
+
+# Metrics a trial can return as objectives, with their natural direction. The first objective is
+# the one reported every epoch (and pruned on); n_params is known before training starts.
+METRICS: dict[str, str] = {
+    "val_accuracy": "maximize",
+    "val_loss": "minimize",
+    "train_loss": "minimize",
+    "n_params": "minimize",
+}

@@ -1,0 +1,32 @@
+"""The trial spec: what the driver hands to one MPI job, and what comes back. Plain JSON."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialSpec:
+    """Everything ``python -m training.worker SPEC.json`` needs. No torch objects, JSON only."""
+
+    config: dict[str, Any]
+    objectives: list[str] = field(default_factory=lambda: ["val_accuracy"])
+    study_name: str | None = None
+    storage_url: str | None = None
+    trial_id: int | None = None
+    trial_number: int | None = None
+    pruner: dict[str, Any] | None = None
+    launcher: list[str] = field(default_factory=lambda: ["mpiexec", "-n", "{ranks}"])
+    env: dict[str, str] = field(default_factory=dict)
+    timeout_s: float | None = None
+    result_path: str | None = None
+    weights_path: str | None = None
+    ask_time: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TrialSpec:
+        return cls(**data)

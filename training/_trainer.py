@@ -1,0 +1,188 @@
+"""One candidate's training loop. Plain model, data and loop; MPI only at the marked edges."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from mpi4py import MPI
+from torch import nn
+
+from training._config import TrainConfig
+from training._data import Dataset, load_dataset
+from training._models import build_mlp
+from training._reporting import NullReporter, Reporter
+from training._sync import GradientAllreduce
+
+
+def pick_device(comm: MPI.Comm) -> torch.device:
+    """CUDA when present (one device per local rank, round robin), else CPU."""
+    if torch.cuda.is_available():
+        local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        index = local.rank % torch.cuda.device_count()
+        local.Free()
+        return torch.device("cuda", index)
+    return torch.device("cpu")
+
+
+@dataclass
+class TrainResult:
+    state: str  # "complete" | "pruned" | "failed"
+    exit_reason: str
+    values: dict[str, float]
+    epochs_run: int
+    history: list[dict[str, float]] = field(default_factory=list)
+    train_time_s: float = 0.0
+    samples_per_s: float = 0.0
+    first_step_time: float | None = None
+    n_params: int = 0
+    test_accuracy: float | None = None
+
+
+def _sum_over_ranks(comm: MPI.Comm, values: list[float]) -> list[float]:
+    buf = np.asarray(values, dtype=np.float64)
+    if comm.size > 1:
+        comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)  # waits for all ranks
+    return buf.tolist()
+
+
+class Trainer:
+    """Trains ``config`` on ``comm``'s ranks; rank 0 reports to ``reporter`` after every epoch."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        comm: MPI.Comm,
+        *,
+        reporter: Reporter | None = None,
+        objective: str = "val_accuracy",
+        data: Dataset | None = None,
+    ) -> None:
+        self.config = config
+        self.comm = comm
+        self.reporter = reporter if reporter is not None else NullReporter()
+        self.objective = objective
+        self.device = pick_device(comm)
+        torch.set_num_threads(config.threads_per_rank)
+        self.data = data if data is not None else load_dataset(config.dataset, config.val_fraction)
+        torch.manual_seed(config.seed)  # same initial weights on every rank ...
+        self.model = build_mlp(
+            self.data.input_dim,
+            self.data.n_classes,
+            hidden=config.hidden,
+            layers=config.layers,
+            activation=config.activation,
+            dropout=config.dropout,
+        ).to(self.device)
+        torch.manual_seed(config.seed * 1000 + comm.rank + 1)  # ... different dropout per rank
+        self.allreduce = GradientAllreduce(list(self.model.parameters()), comm)
+        self.allreduce.broadcast_parameters(root=0)  # ... and rank 0's are the ones that count
+        self.optimizer = self._make_optimizer()
+        self.loss_fn = nn.CrossEntropyLoss(reduction="sum")
+        self.x_train = torch.from_numpy(self.data.x_train).to(self.device)
+        self.y_train = torch.from_numpy(self.data.y_train).to(self.device)
+        self.first_step_time: float | None = None
+
+    def _make_optimizer(self) -> torch.optim.Optimizer:
+        c = self.config
+        if c.optimizer == "adam":
+            return torch.optim.Adam(self.model.parameters(), lr=c.lr, weight_decay=c.weight_decay)
+        return torch.optim.SGD(
+            self.model.parameters(), lr=c.lr, momentum=c.momentum, weight_decay=c.weight_decay
+        )
+
+    @property
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    def _run_batch(self, batch: np.ndarray) -> float:
+        """One global batch: this rank's slice, gradient summed over ranks, one step."""
+        local = torch.from_numpy(batch[self.comm.rank :: self.comm.size]).to(self.device)
+        self.optimizer.zero_grad(set_to_none=True)
+        if len(local):
+            loss_sum = self.loss_fn(self.model(self.x_train[local]), self.y_train[local])
+            (loss_sum / len(batch)).backward()
+            local_loss = float(loss_sum.detach())
+        else:
+            local_loss = 0.0
+        self.allreduce()  # waits for all ranks
+        self.optimizer.step()
+        return local_loss
+
+    def _run_epoch(self, epoch: int) -> float:
+        """Returns the mean training loss over the epoch (all ranks)."""
+        self.model.train()
+        n = len(self.data.x_train)
+        order = np.random.default_rng([self.config.seed, epoch]).permutation(n)
+        bs = self.config.batch_size
+        loss = 0.0
+        for start in range(0, n, bs):
+            if self.first_step_time is None:
+                self.first_step_time = time.time()
+            loss += self._run_batch(order[start : start + bs])
+        total, = _sum_over_ranks(self.comm, [loss])
+        return total / n
+
+    @torch.no_grad()
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+        """(accuracy, mean loss) over all of ``x``; each rank scores a strided slice."""
+        self.model.eval()
+        xs = torch.from_numpy(x[self.comm.rank :: self.comm.size]).to(self.device)
+        ys = torch.from_numpy(y[self.comm.rank :: self.comm.size]).to(self.device)
+        correct = loss = 0.0
+        if len(xs):
+            out = self.model(xs)
+            correct = float((out.argmax(dim=1) == ys).sum())
+            loss = float(self.loss_fn(out, ys))
+        c, s, k = _sum_over_ranks(self.comm, [correct, loss, float(len(xs))])
+        return c / k, s / k
+
+    def train(self) -> TrainResult:
+        history: list[dict[str, float]] = []
+        start = time.perf_counter()
+        state, reason = "complete", "completed all epochs"
+        epochs_run = 0
+        for epoch in range(1, self.config.epochs + 1):
+            train_loss = self._run_epoch(epoch)
+            epochs_run = epoch
+            val_acc, val_loss = self.evaluate(self.data.x_val, self.data.y_val)
+            row = {
+                "epoch": epoch,
+                "train_loss": train_loss,
+                "val_loss": val_loss,
+                "val_accuracy": val_acc,
+                "n_params": float(self.n_params),
+            }
+            history.append(row)
+            if not math.isfinite(train_loss):  # every rank sees the same summed loss
+                state, reason = "failed", f"diverged: training loss is {train_loss} at epoch {epoch}"
+                break
+            stop = False
+            if self.comm.rank == 0:
+                stop = self.reporter.report(epoch, row[self.objective])
+            stop = self.comm.bcast(stop, root=0)  # waits for rank 0's pruning decision
+            if stop:
+                state, reason = "pruned", f"pruned after epoch {epoch}"
+                break
+        train_time = time.perf_counter() - start
+        test_acc, _ = self.evaluate(self.data.x_test, self.data.y_test)
+        last = history[-1]
+        return TrainResult(
+            state=state,
+            exit_reason=reason,
+            values={k: float(v) for k, v in last.items() if k != "epoch"},
+            epochs_run=epochs_run,
+            history=history,
+            train_time_s=train_time,
+            samples_per_s=epochs_run * len(self.data.x_train) / train_time if train_time else 0.0,
+            first_step_time=self.first_step_time,
+            n_params=self.n_params,
+            test_accuracy=test_acc,
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}

@@ -1,0 +1,146 @@
+"""The launcher: builds the ``mpiexec`` line for one trial, runs it, and reads its result.
+
+This is the part of ``training`` the search driver uses; it does not import torch or mpi4py,
+so the driver and the Dask workers stay light. ``run_trial`` is what a Dask worker executes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from training._config import METRICS, SEARCHABLE, TrainConfig
+from training._spec import TrialSpec
+from training._storage import DEFAULT_STORAGE, journal_path, open_storage, redact
+
+__all__ = [
+    "DEFAULT_LAUNCHER",
+    "DEFAULT_STORAGE",
+    "METRICS",
+    "SEARCHABLE",
+    "LauncherNotFound",
+    "TrainConfig",
+    "TrialSpec",
+    "journal_path",
+    "launcher_argv",
+    "open_storage",
+    "redact",
+    "resolve_program",
+    "run_trial",
+]
+
+DEFAULT_LAUNCHER = "mpiexec -n {ranks}"
+_TAIL = 3000
+
+
+class LauncherNotFound(ValueError):
+    pass
+
+
+def resolve_program(name: str) -> str:
+    """Absolute path of the launcher program, preferring the one installed beside this Python
+    (the ``mpich`` wheel puts ``mpiexec`` there, matching the installed mpi4py)."""
+    here = os.path.dirname(sys.executable)
+    path = os.pathsep.join([here, os.environ.get("PATH", "")])
+    found = shutil.which(name, path=path)
+    if found is None:
+        raise LauncherNotFound(
+            f"launcher program {name!r} not found (install the MPICH wheel with "
+            "'pip install mpich', or set [launcher] command to your MPI's launcher)"
+        )
+    return found
+
+
+def launcher_argv(command: str | Sequence[str], ranks: int) -> list[str]:
+    """``"mpiexec -n {ranks}"`` -> ``["/venv/bin/mpiexec", "-n", "2"]``."""
+    parts = shlex.split(command) if isinstance(command, str) else list(command)
+    if not parts:
+        raise LauncherNotFound("launcher command is empty")
+    argv = [p.replace("{ranks}", str(ranks)) for p in parts]
+    argv[0] = resolve_program(argv[0])
+    return argv
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """If the Dask worker dies, its mpiexec gets SIGTERM instead of training on as an orphan."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _tail(text: str) -> str:
+    text = text.strip()
+    return text if len(text) <= _TAIL else "..." + text[-_TAIL:]
+
+
+def run_trial(spec_data: dict[str, Any]) -> dict[str, Any]:
+    """Run one trial as an MPI job and return its result dict (never raises for trial errors).
+
+    The result always has ``state`` (complete / pruned / failed) and ``exit_reason``.
+    """
+    spec = TrialSpec.from_json(spec_data)
+    config = TrainConfig.model_validate(spec.config)
+    started = time.time()
+    with tempfile.TemporaryDirectory(prefix="detol-trial-") as tmp:
+        result_path = str(Path(tmp) / "result.json")
+        spec_path = Path(tmp) / "spec.json"
+        spec_path.write_text(json.dumps({**spec.to_json(), "result_path": result_path}))
+        try:
+            argv = launcher_argv(spec.launcher, config.ranks)
+        except LauncherNotFound as exc:
+            return {"state": "failed", "exit_reason": str(exc), "wall_time_s": 0.0}
+        argv += [sys.executable, "-m", "training.worker", str(spec_path)]
+        env = {**os.environ, "OMP_NUM_THREADS": str(config.threads_per_rank), **spec.env}
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
+        try:
+            output, _ = proc.communicate(timeout=spec.timeout_s)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            output, _ = proc.communicate()
+            timed_out = True
+        wall = time.time() - started
+        result: dict[str, Any] = {}
+        if os.path.exists(result_path):
+            with open(result_path) as f:
+                result = json.load(f)
+    if timed_out:
+        result = {"state": "failed", "exit_reason": f"trial timeout: still running after "
+                  f"{spec.timeout_s:g} s, MPI job killed"}
+    elif proc.returncode != 0 and result.get("state") != "failed":
+        result = {
+            "state": "failed",
+            "exit_reason": f"MPI job exited with code {proc.returncode}: {_tail(output)}",
+        }
+    elif not result:
+        result = {"state": "failed", "exit_reason": f"no result written: {_tail(output)}"}
+    if result.get("state") == "failed" and "traceback" in result:
+        result["exit_reason"] = f"{result['exit_reason']}\n{_tail(result.pop('traceback'))}"
+    result["wall_time_s"] = wall
+    result["command"] = shlex.join(argv[:-1] + ["SPEC.json"])
+    if spec.ask_time is not None and result.get("first_step_time"):
+        result["launch_overhead_s"] = result["first_step_time"] - spec.ask_time
+    return result

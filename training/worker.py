@@ -1,0 +1,83 @@
+"""The MPI program of one trial: ``mpiexec -n RANKS python -m training.worker SPEC.json``.
+
+Every rank trains its slice of each batch; rank 0 reports to Optuna and writes the result file.
+An exception on any rank aborts the whole job, so no rank is left waiting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from dataclasses import asdict
+from typing import Any
+
+
+def _write_json(path: str, data: dict[str, Any]) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def run(spec_data: dict[str, Any]) -> int:
+    from mpi4py import MPI
+
+    from training._config import TrainConfig
+    from training._reporting import OptunaReporter
+    from training._spec import TrialSpec
+    from training._trainer import Trainer
+
+    comm = MPI.COMM_WORLD
+    spec = TrialSpec.from_json(spec_data)
+    try:
+        config = TrainConfig.model_validate(spec.config)
+        reporter = None
+        if comm.rank == 0 and spec.storage_url and spec.trial_id is not None:
+            assert spec.study_name is not None
+            reporter = OptunaReporter(
+                study_name=spec.study_name,
+                storage_url=spec.storage_url,
+                trial_id=spec.trial_id,
+                pruner=spec.pruner,
+            )
+        trainer = Trainer(config, comm, reporter=reporter, objective=spec.objectives[0])
+        result = trainer.train()
+        if comm.rank == 0:
+            if spec.weights_path:
+                import torch
+
+                torch.save(trainer.state_dict(), spec.weights_path)
+            if spec.result_path:
+                out = asdict(result)
+                out["ranks"] = comm.size
+                out["algorithm"] = config.algorithm
+                out["finish_time"] = time.time()
+                _write_json(spec.result_path, out)
+        return 0
+    except BaseException as exc:  # noqa: BLE001 - any error on any rank ends the whole job
+        text = "".join(traceback.format_exception(exc))
+        print(f"[rank {comm.rank}] {text}", file=sys.stderr, flush=True)
+        if comm.rank == 0 and spec.result_path:
+            reason = f"{type(exc).__name__}: {exc}"
+            _write_json(
+                spec.result_path,
+                {"state": "failed", "exit_reason": reason, "traceback": text[-4000:]},
+            )
+        comm.Abort(1)  # no rank hangs in a collective waiting for this one
+        return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m training.worker SPEC.json", file=sys.stderr)
+        return 2
+    with open(args[0]) as f:
+        return run(json.load(f))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
