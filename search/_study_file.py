@@ -1,0 +1,267 @@
+"""The study file (TOML), validated with pydantic. Unknown keys are errors, never ignored.
+
+>>> sf = parse_study({"name": "demo", "training": {"dataset": "digits", "epochs": 2}})
+>>> sf.objectives, sf.directions
+(['val_accuracy'], ['maximize'])
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+import spaces
+from search._errors import StudyError
+from search._registry import PRUNERS, STRATEGIES
+from training.launch import DEFAULT_LAUNCHER, METRICS, SEARCHABLE, TrainConfig
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Budget(_Strict):
+    trials: int = Field(20, ge=1, description="finished (complete + pruned) trials the study should hold")
+    concurrency: int = Field(1, ge=1, description="trials running at once")
+    timeout: float | None = Field(None, gt=0, description="seconds before no new trial starts")
+    trial_timeout: float | None = Field(None, gt=0, description="seconds before a trial is killed")
+    max_failures: int = Field(5, ge=1, description="failed trials in one run before it gives up")
+
+
+class Strategy(_Strict):
+    name: str = "tpe"
+    seed: int | None = None
+    startup_trials: int = Field(10, ge=0, description="tpe: random trials before the model")
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in STRATEGIES:
+            raise ValueError(f"unknown strategy {v!r} (known: {sorted(STRATEGIES)})")
+        return v
+
+
+class Pruner(_Strict):
+    name: str = "median"
+    startup_trials: int = Field(5, ge=0, description="trials that finish before any is pruned")
+    warmup_epochs: int = Field(1, ge=0, description="epochs of each trial before it can be pruned")
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in PRUNERS:
+            raise ValueError(f"unknown pruner {v!r} (known: {sorted(PRUNERS)})")
+        return v
+
+
+class Launcher(_Strict):
+    command: str = Field(DEFAULT_LAUNCHER, description="MPI launcher; {ranks} is replaced")
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("command")
+    @classmethod
+    def _has_ranks(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be empty, e.g. 'mpiexec -n {ranks}' or 'srun -n {ranks}'")
+        if "{ranks}" not in v:
+            raise ValueError(f"must contain '{{ranks}}' where the rank count goes, got {v!r}")
+        return v
+
+
+class Cluster(_Strict):
+    address: str | None = Field(None, description="existing Dask scheduler, e.g. tcp://host:8786")
+    workers: int | None = Field(None, ge=1, description="local workers (default: concurrency)")
+    slots_per_worker: int | None = Field(None, ge=1, description="MPI slots per local worker")
+    connect_timeout: float = Field(10.0, gt=0)
+
+
+class _Float(_Strict):
+    type: Literal["float"]
+    low: float
+    high: float
+    log: bool = False
+    step: float | None = None
+
+
+class _Int(_Strict):
+    type: Literal["int"]
+    low: int
+    high: int
+    log: bool = False
+    step: int = 1
+
+
+class _Categorical(_Strict):
+    type: Literal["categorical"]
+    choices: list[bool | int | float | str] = Field(min_length=1)
+
+
+_Dimension = Annotated[_Float | _Int | _Categorical, Field(discriminator="type")]
+
+
+def _to_dimension(d: _Float | _Int | _Categorical) -> spaces.Dimension:
+    if isinstance(d, _Float):
+        return spaces.Float(low=d.low, high=d.high, log=d.log, step=d.step)
+    if isinstance(d, _Int):
+        return spaces.Int(low=d.low, high=d.high, log=d.log, step=d.step)
+    return spaces.Categorical(tuple(d.choices))
+
+
+class StudyFile(_Strict):
+    name: str
+    metric: str | list[str] = "val_accuracy"
+    direction: str | list[str] | None = None
+    storage: str | None = None
+    budget: Budget = Field(default_factory=Budget)
+    strategy: Strategy = Field(default_factory=Strategy)
+    pruner: Pruner = Field(default_factory=Pruner)
+    training: TrainConfig = Field(default_factory=TrainConfig)
+    launcher: Launcher = Field(default_factory=Launcher)
+    cluster: Cluster = Field(default_factory=Cluster)
+    space: dict[str, _Dimension] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError(f"{v!r} is not a study name (letters, digits, '_', '-', '.')")
+        return v
+
+    @field_validator("strategy", "pruner", mode="before")
+    @classmethod
+    def _shorthand(cls, v: Any) -> Any:
+        return {"name": v} if isinstance(v, str) else v
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, v: str | list[str]) -> str | list[str]:
+        for m in [v] if isinstance(v, str) else v:
+            if m not in METRICS:
+                raise ValueError(f"unknown metric {m!r} (known: {sorted(METRICS)})")
+        if isinstance(v, list) and not v:
+            raise ValueError("needs at least one metric")
+        return v
+
+    @field_validator("direction")
+    @classmethod
+    def _direction(cls, v: str | list[str] | None) -> str | list[str] | None:
+        for d in [] if v is None else [v] if isinstance(v, str) else v:
+            if d not in ("minimize", "maximize"):
+                raise ValueError(f"expected 'minimize' or 'maximize', got {d!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> StudyFile:
+        if self.direction is not None and len(self.directions) != len(self.objectives):
+            raise StudyError(
+                "direction",
+                f"{len(self.directions)} direction(s) for {len(self.objectives)} metric(s)",
+            )
+        if len(self.objectives) > 1 and self.pruner.name != "none":
+            raise StudyError(
+                "pruner",
+                "Optuna cannot prune multi-objective studies; set pruner = \"none\"",
+            )
+        for name, dim in self.space.items():
+            self._check_dimension(name, dim)
+        return self
+
+    def _check_dimension(self, name: str, raw: _Float | _Int | _Categorical) -> None:
+        where = f"space.{name}"
+        if name not in SEARCHABLE:
+            raise StudyError(where, f"not a searchable training parameter (known: {list(SEARCHABLE)})")
+        try:
+            dim = _to_dimension(raw)
+        except ValueError as exc:
+            raise StudyError(where, str(exc)) from None
+        field = TrainConfig.model_fields[name]
+        if field.annotation is int and isinstance(raw, _Float):
+            raise StudyError(where, f"{name} is an integer parameter; use type = \"int\"")
+        for value in dim.values_to_check():
+            try:
+                self.training.with_params({name: value})
+            except ValidationError as exc:
+                msg = exc.errors()[0]["msg"]
+                raise StudyError(where, f"value {value!r} is invalid for {name}: {msg}") from None
+
+    @property
+    def objectives(self) -> list[str]:
+        return [self.metric] if isinstance(self.metric, str) else list(self.metric)
+
+    @property
+    def directions(self) -> list[str]:
+        if self.direction is None:
+            return [METRICS[m] for m in self.objectives]
+        return [self.direction] if isinstance(self.direction, str) else list(self.direction)
+
+    @property
+    def search_space(self) -> spaces.Space:
+        return spaces.Space({n: _to_dimension(d) for n, d in self.space.items()})
+
+    @property
+    def max_ranks(self) -> int:
+        ranks = [self.training.ranks]
+        if "ranks" in self.space:
+            ranks += [int(v) for v in _to_dimension(self.space["ranks"]).values_to_check()]
+            ranks += [self.training.ranks]
+        return max(ranks)
+
+
+def _format(exc: ValidationError) -> StudyError:
+    err = exc.errors()[0]
+    loc = [str(p) for p in err["loc"] if not (isinstance(p, str) and p in ("float", "int", "categorical"))]
+    where = ".".join(loc)
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key"
+    elif err["type"] == "missing":
+        msg = "required key is missing"
+    elif err["type"] == "union_tag_invalid":
+        tag = err.get("ctx", {}).get("tag")
+        msg = f"unknown type {tag!r} (known: ['categorical', 'float', 'int'])"
+    elif err["type"] == "union_tag_not_found":
+        msg = "needs a type: 'float', 'int' or 'categorical'"
+    if isinstance(err.get("ctx", {}).get("error"), StudyError):
+        inner = err["ctx"]["error"]
+        where, msg = inner.where, inner.message
+    return StudyError(where, msg)
+
+
+def parse_study(data: dict[str, Any]) -> StudyFile:
+    """Validate a study given as a dict (the parsed TOML). Raises StudyError naming the field."""
+    try:
+        return StudyFile.model_validate(data)
+    except ValidationError as exc:
+        raise _format(exc) from None
+    except StudyError:
+        raise
+
+
+def load_study_file(path: str | Path) -> StudyFile:
+    """Read and validate a study file. Raises StudyError whose text starts with the file name."""
+    p = Path(path)
+    if not p.is_file():
+        raise StudyError(str(p), "study file not found")
+    try:
+        data = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise StudyError(str(p), f"not valid TOML: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StudyError(str(p), f"cannot read: {exc}") from None
+    try:
+        return parse_study(data)
+    except StudyError as exc:
+        raise StudyError(f"{p}: {exc.where}" if exc.where else str(p), exc.message) from None

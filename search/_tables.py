@@ -1,0 +1,78 @@
+"""What ``search status`` / ``search best`` and the end of ``search run`` print, read from storage."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+from rich.table import Table
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def objective_names(study: optuna.Study) -> list[str]:
+    return study.metric_names or [f"value{i}" for i in range(len(study.directions))]
+
+
+def best_trials(study: optuna.Study, n: int) -> list[FrozenTrial]:
+    """Single objective: the n best COMPLETE trials. Several: the Pareto front (up to n)."""
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if len(study.directions) > 1:
+        return study.best_trials[:n]
+    sign = -1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else 1.0
+    return sorted(complete, key=lambda t: sign * float(t.value))[:n]  # type: ignore[arg-type]
+
+
+def best_table(study: optuna.Study, n: int = 5) -> Table:
+    names = objective_names(study)
+    trials = best_trials(study, n)
+    params = sorted({p for t in trials for p in t.params})
+    title = "Pareto front" if len(names) > 1 else f"best {len(trials)} trials"
+    table = Table(title=f"{study.study_name}: {title}")
+    table.add_column("trial", justify="right")
+    for name in names:
+        table.add_column(name, justify="right")
+    for p in params:
+        table.add_column(p, justify="right")
+    table.add_column("test_acc", justify="right")
+    table.add_column("epochs", justify="right")
+    table.add_column("time s", justify="right")
+    for t in trials:
+        table.add_row(
+            str(t.number),
+            *[_fmt(v) for v in t.values],
+            *[_fmt(t.params.get(p, "")) for p in params],
+            _fmt(t.user_attrs.get("test_accuracy", "")),
+            _fmt(t.user_attrs.get("epochs_run", "")),
+            _fmt(t.user_attrs.get("wall_time_s", "")),
+        )
+    return table
+
+
+def status_table(study: optuna.Study, storage_label: str) -> Table:
+    trials = study.get_trials(deepcopy=False)
+    counts = Counter(t.state.name for t in trials)
+    table = Table(title=f"study {study.study_name}", show_header=False)
+    table.add_column("what")
+    table.add_column("value")
+    table.add_row("storage", storage_label)
+    names = objective_names(study)
+    dirs = [d.name.lower() for d in study.directions]
+    table.add_row("objectives", ", ".join(f"{n} ({d})" for n, d in zip(names, dirs, strict=True)))
+    table.add_row("trials", str(len(trials)))
+    for state in ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING"):
+        table.add_row(f"  {state.lower()}", str(counts.get(state, 0)))
+    best = best_trials(study, 1)
+    if best and len(names) == 1:
+        table.add_row("best", f"{_fmt(best[0].value)} (trial {best[0].number})")
+    elif best:
+        table.add_row("pareto front", f"{len(study.best_trials)} trials")
+    epochs = sum(int(t.user_attrs.get("epochs_run", 0)) for t in trials)
+    table.add_row("epochs trained", str(epochs))
+    return table
