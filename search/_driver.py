@@ -36,6 +36,7 @@ RESULT_ATTRS = (
     "test_accuracy",
     "launch_overhead_s",
     "command",
+    "history",
 )
 
 
@@ -115,6 +116,7 @@ class Driver:
             trial_id=trial._trial_id,  # noqa: SLF001 - rank 0 reopens this very trial
             trial_number=trial.number,
             pruner=self.pruner,
+            report=len(self.sf.objectives) == 1,
             launcher=self.sf.launcher.command,
             env=self.sf.launcher.env,
             timeout_s=self.sf.budget.trial_timeout,

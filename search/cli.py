@@ -115,6 +115,14 @@ def run(
         target = trials or sf.budget.trials
         n_parallel = concurrency or sf.budget.concurrency
         storage_obj = _open(url)
+        finished = _finished_trials(storage_obj, sf.name)
+        if finished >= target:
+            out.print(f"study {sf.name} already holds {finished} finished trials (budget "
+                      f"{target}); nothing to run. Raise budget.trials or pass --trials.")
+            s = optuna.load_study(study_name=sf.name, storage=storage_obj)
+            if best_trials_exist(s):
+                out.print(best_table(s))
+            return
         # Check the cluster (and launcher) before anything is written to the storage.
         with open_client(
             address=scheduler or sf.cluster.address,
@@ -141,16 +149,23 @@ def run(
     except KeyboardInterrupt:
         err.print("interrupted: running trials marked failed; run again to resume")
         raise typer.Exit(130) from None
-    if counts.finished_before >= target:
-        out.print(f"study {sf.name} already holds {counts.finished_before} finished trials "
-                  f"(budget {target}); nothing to run. Raise budget.trials or pass --trials.")
-    if study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+    if best_trials_exist(study):
         out.print(best_table(study))
     out.print(f"{counts.complete} complete, {counts.pruned} pruned, {counts.failed} failed in this "
               f"run; the study holds {counts.finished}/{target} finished trials.")
     if counts.stopped_because:
         err.print(f"[red]{counts.stopped_because}[/]")
         raise typer.Exit(1)
+
+
+def _finished_trials(storage: optuna.storages.BaseStorage, name: str) -> int:
+    """Finished (complete + pruned) trials of study ``name``; 0 if it does not exist. Read-only."""
+    try:
+        study = optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        return 0
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    return len(study.get_trials(deepcopy=False, states=states))
 
 
 def _load(study: str, storage: str | None) -> tuple[optuna.Study, str]:

@@ -35,7 +35,7 @@ def run(spec_data: dict[str, Any]) -> int:
     try:
         config = TrainConfig.model_validate(spec.config)
         reporter = None
-        if comm.rank == 0 and spec.storage_url and spec.trial_id is not None:
+        if comm.rank == 0 and spec.report and spec.storage_url and spec.trial_id is not None:
             assert spec.study_name is not None
             reporter = OptunaReporter(
                 study_name=spec.study_name,

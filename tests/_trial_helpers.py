@@ -1,0 +1,36 @@
+"""User code that trial MPI jobs import in tests (put on PYTHONPATH through [launcher] env)."""
+
+from __future__ import annotations
+
+from training import Dataset, load_dataset
+
+
+def digits_failing_on_two_ranks(val_fraction: float) -> Dataset:
+    """Digits, except that rank 1 of a 2-rank job raises: a user error on a non-root rank."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    if comm.size == 2 and comm.rank == 1:
+        raise RuntimeError("user dataset exploded on rank 1")
+    return load_dataset("digits", val_fraction)
+
+
+def digits_rank1_dies(val_fraction: float) -> Dataset:
+    """Rank 1 exits hard (as if killed) before training; rank 0 would wait in a collective."""
+    import os
+
+    from mpi4py import MPI
+
+    if MPI.COMM_WORLD.rank == 1:
+        os._exit(9)
+    return load_dataset("digits", val_fraction)
+
+
+def digits_failing_on_three_ranks(val_fraction: float) -> Dataset:
+    """Digits, but a 3-rank job raises on rank 1: lets a study mix good and failing trials."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    if comm.size == 3 and comm.rank == 1:
+        raise RuntimeError("user dataset exploded on rank 1 of 3")
+    return load_dataset("digits", val_fraction)

@@ -1,0 +1,54 @@
+"""Shared test helpers: study files, an isolated dataset cache, user modules for trial jobs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import optuna
+import pytest
+
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Datasets cached once per test session, never in the user's home."""
+    monkeypatch.setenv("DETOL_CACHE", str(tmp_path_factory.getbasetemp() / "detol-cache"))
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@pytest.fixture
+def helpers_env() -> dict[str, str]:
+    """[launcher] env that lets trial MPI jobs import tests/_trial_helpers.py."""
+    return {"PYTHONPATH": os.pathsep.join([str(TESTS_DIR), os.environ.get("PYTHONPATH", "")])}
+
+# The smallest valid study: one rank, one epoch on digits (everything else defaults).
+MINIMAL_TRAINING = {"dataset": '"digits"', "epochs": "1", "ranks": "1"}
+
+
+def study_text(*, top: str = "", training: dict[str, str] | None = None, tail: str = "") -> str:
+    """A study file's text: ``name = "t"`` plus ``top`` (top-level keys), a ``[training]`` table
+    (MINIMAL_TRAINING updated with ``training``, values written as raw TOML), then ``tail``
+    (further tables)."""
+    values = {**MINIMAL_TRAINING, **(training or {})}
+    lines = ['name = "t"', top, "", "[training]"]
+    lines += [f"{key} = {value}" for key, value in values.items()]
+    lines += ["", tail]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def write_study(tmp_path: Path) -> Callable[..., Path]:
+    """``write_study(text=None, name="study.toml", **study_text_kwargs)`` -> path in tmp_path.
+
+    With no ``text``, the file holds ``study_text(**kwargs)`` (by default a minimal valid study).
+    """
+
+    def write(text: str | None = None, *, name: str = "study.toml", **kwargs: object) -> Path:
+        path = tmp_path / name
+        path.write_text(study_text(**kwargs) if text is None else text)  # type: ignore[arg-type]
+        return path
+
+    return write
