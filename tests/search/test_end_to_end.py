@@ -150,7 +150,7 @@ hidden = 8
     assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
     (trial,) = study.trials
     assert trial.state is TrialState.COMPLETE
-    assert trial.values[1] == trial.user_attrs["n_params"] == 64 * 8 + 8 + 8 * 10 + 10
+    assert trial.values[1] == trial.user_attrs["n_params"] == (64 * 8 + 8) + (8 * 8 + 8) + (8 * 10 + 10)  # two hidden layers
     assert study.user_attrs["detol:study"]["training"]["hidden"] == 8
     assert "Pareto front" in done.stdout
     # No per-epoch reports in a multi-objective study; the learning curve is kept all the same.
