@@ -31,8 +31,9 @@ app = typer.Typer(
     help="Hyperparameter and topology search: every trial is an MPI job, scheduled by Dask, "
     "stored in Optuna.",
 )
-out = Console()
-err = Console(stderr=True)
+# Logs and CI capture output: give tables room instead of cutting every column to a stub.
+out = Console(width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 StorageOpt = Annotated[
     str | None,

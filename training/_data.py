@@ -6,7 +6,6 @@ the same seed, so the validation and test sets never move between trials.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import os
 import tempfile
@@ -48,18 +47,6 @@ def _standardise(ds: Dataset) -> Dataset:
     )
 
 
-def load_digits(val_fraction: float) -> Dataset:
-    """scikit-learn's 1,797 8x8 digits (ships with scikit-learn): 20% test, then a validation split."""
-    from sklearn.datasets import load_digits as sk_digits
-
-    bunch = sk_digits()
-    x = bunch.data.astype(np.float32)
-    y = bunch.target.astype(np.int64)
-    x_rest, y_rest, x_test, y_test = _split(x, y, 0.2, seed=0)
-    x_tr, y_tr, x_val, y_val = _split(x_rest, y_rest, val_fraction, seed=1)
-    return _standardise(Dataset(x_tr, y_tr, x_val, y_val, x_test, y_test, 10))
-
-
 def _cache_dir() -> Path:
     root = os.environ.get("DETOL_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "detol"
@@ -67,23 +54,19 @@ def _cache_dir() -> Path:
     return Path(root)
 
 
-def _mnist1d_arrays() -> dict[str, np.ndarray]:
-    """mnist1d generated locally with its default arguments (deterministic), cached on disk.
+def _cached(name: str, make: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Arrays from ``make()``, kept as ``.npz`` in the cache directory after the first call.
 
-    Generation takes ~2 s; the cache makes every later rank start instantly. Never downloads.
+    Every rank of every trial loads its data; a cached file skips generating mnist1d (~2 s)
+    and importing scikit-learn (~1.5 s) in each rank.
     """
-    from mnist1d.data import get_dataset_args, make_dataset
-
-    args = get_dataset_args()
-    key = hashlib.sha256(repr(sorted(vars(args).items())).encode()).hexdigest()[:12]
-    path = _cache_dir() / f"mnist1d-{key}.npz"
+    path = _cache_dir() / f"{name}.npz"
     if path.exists():
         with np.load(path) as f:
             return {k: f[k] for k in f.files}
-    data = make_dataset(args)
-    arrays = {k: np.asarray(data[k]) for k in ("x", "y", "x_test", "y_test")}
+    arrays = make()
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Atomic: ranks that generate at the same time each replace the file with identical bytes.
+    # Atomic: ranks that build it at the same time each replace the file with identical bytes.
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz")
     with os.fdopen(fd, "wb") as f:
         np.savez(f, **arrays)
@@ -91,9 +74,32 @@ def _mnist1d_arrays() -> dict[str, np.ndarray]:
     return arrays
 
 
+def _digits_make() -> dict[str, np.ndarray]:
+    from sklearn.datasets import load_digits as sk_digits
+
+    bunch = sk_digits()
+    return {"x": bunch.data.astype(np.float32), "y": bunch.target.astype(np.int64)}
+
+
+def load_digits(val_fraction: float) -> Dataset:
+    """scikit-learn's 1,797 8x8 digits (ships with scikit-learn): 20% test, then a validation split."""
+    a = _cached("digits-v1", _digits_make)
+    x_rest, y_rest, x_test, y_test = _split(a["x"], a["y"], 0.2, seed=0)
+    x_tr, y_tr, x_val, y_val = _split(x_rest, y_rest, val_fraction, seed=1)
+    return _standardise(Dataset(x_tr, y_tr, x_val, y_val, x_test, y_test, 10))
+
+
+def _mnist1d_make() -> dict[str, np.ndarray]:
+    """mnist1d generated locally with its default arguments (deterministic). Never downloads."""
+    from mnist1d.data import get_dataset_args, make_dataset
+
+    data = make_dataset(get_dataset_args())
+    return {k: np.asarray(data[k]) for k in ("x", "y", "x_test", "y_test")}
+
+
 def load_mnist1d(val_fraction: float) -> Dataset:
     """mnist1d (Greydanus 2020): 4,000 train / 1,000 test signals of length 40, 10 classes."""
-    a = _mnist1d_arrays()
+    a = _cached("mnist1d-v1", _mnist1d_make)
     x = a["x"].astype(np.float32)
     y = a["y"].astype(np.int64)
     x_tr, y_tr, x_val, y_val = _split(x, y, val_fraction, seed=1)
