@@ -1,0 +1,52 @@
+"""Study files: defaults, inference, and errors that name the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from search import StudyError, parse_study
+
+
+def test_defaults_and_inferred_directions() -> None:
+    sf = parse_study({"name": "x", "metric": ["val_accuracy", "n_params"], "pruner": "none"})
+    assert sf.directions == ["maximize", "minimize"]
+    assert sf.strategy.name == "tpe" and sf.training.ranks == 2
+    assert sf.launcher.command == "mpiexec -n {ranks}"
+
+
+def test_space_overrides_training_per_trial_and_max_ranks_covers_the_space() -> None:
+    sf = parse_study({
+        "name": "x",
+        "training": {"ranks": 1},
+        "space": {"ranks": {"type": "categorical", "choices": [1, 4]},
+                  "lr": {"type": "float", "low": 0.01, "high": 0.1}},
+    })
+    assert sf.max_ranks == 4
+    cfg = sf.training.with_params({"ranks": 4, "lr": 0.02})
+    assert cfg.ranks == 4 and cfg.lr == 0.02 and sf.training.ranks == 1
+
+
+@pytest.mark.parametrize(
+    ("data", "where", "message"),
+    [
+        ({"name": "x", "strategy": "evo"}, "strategy.name", "unknown strategy 'evo' (known: ['random', 'tpe'])"),
+        ({"name": "x", "pruner": {"name": "asha"}}, "pruner.name", "unknown pruner 'asha'"),
+        ({"name": "x", "budget": {"trials": 3, "retries": 2}}, "budget.retries", "unknown key"),
+        ({"name": "x", "direction": ["maximize", "minimize"]}, "direction", "2 direction(s) for 1 metric(s)"),
+        ({"name": "x", "direction": "up"}, "direction", "expected 'minimize' or 'maximize'"),
+        ({"name": "x", "metric": ["val_accuracy", "n_params"]}, "pruner", "cannot prune multi-objective"),
+        ({"name": "bad name"}, "name", "is not a study name"),
+        ({"name": "x", "space": {"lr": {"low": 1, "high": 2}}}, "space.lr", "needs a type"),
+        ({"name": "x", "space": {"lr": {"type": "floaty", "low": 1, "high": 2}}}, "space.lr", "unknown type 'floaty'"),
+        ({"name": "x", "space": {"hidden": {"type": "float", "low": 1, "high": 2}}}, "space.hidden", "use type = \"int\""),
+        ({"name": "x", "space": {"dropout": {"type": "float", "low": 0, "high": 1}}}, "space.dropout", "value 1.0 is invalid for dropout"),
+        ({"name": "x", "space": {"ranks": {"type": "int", "low": 0, "high": 2}}}, "space.ranks", "value 0 is invalid"),
+        ({"name": "x", "launcher": {"command": "mpiexec -n 4"}}, "launcher.command", "{ranks}"),
+    ],
+)
+def test_errors_name_the_field(data: dict, where: str, message: str) -> None:
+    with pytest.raises(StudyError) as info:
+        parse_study(data)
+    assert info.value.where == where
+    assert message in info.value.message
+    assert "\n" not in str(info.value)
