@@ -20,7 +20,8 @@ from search._cluster import MPI
 from search._registry import pruner_spec
 from search._study import DRIVER_ATTR, driver_id
 from search._study_file import StudyFile
-from training.launch import TrialSpec, run_trial
+from search._backend import run_trial_on_worker
+from training.launch import TrialSpec
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 # User attributes copied from an MPI job's result onto its trial.
@@ -123,7 +124,7 @@ class Driver:
             ask_time=ask_time,
         )
         future = self.client.submit(
-            run_trial,
+            run_trial_on_worker,
             spec.to_json(),
             key=f"trial-{self.study.study_name}-{trial.number}-{self.owner}",
             resources={MPI: config.ranks},

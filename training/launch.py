@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,14 +86,25 @@ def _tail(text: str) -> str:
     return text if len(text) <= _TAIL else "..." + text[-_TAIL:]
 
 
-def run_trial(spec_data: dict[str, Any]) -> dict[str, Any]:
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # mpiexec and everything it started
+    proc.wait()
+
+
+def run_trial(
+    spec_data: dict[str, Any], *, should_stop: Callable[[], bool] | None = None
+) -> dict[str, Any]:
     """Run one trial as an MPI job and return its result dict (never raises for trial errors).
 
-    The result always has ``state`` (complete / pruned / failed) and ``exit_reason``.
+    The result always has ``state`` (complete / pruned / failed) and ``exit_reason``. The job is
+    killed when ``spec.timeout_s`` passes or when ``should_stop()`` turns true (checked twice a
+    second; the Dask backend uses it to stop a cancelled trial).
     """
     spec = TrialSpec.from_json(spec_data)
     config = TrainConfig.model_validate(spec.config)
     started = time.time()
+    stopped = ""
     with tempfile.TemporaryDirectory(prefix="detol-trial-") as tmp:
         result_path = str(Path(tmp) / "result.json")
         spec_path = Path(tmp) / "spec.json"
@@ -105,31 +116,38 @@ def run_trial(spec_data: dict[str, Any]) -> dict[str, Any]:
         argv += [sys.executable, "-m", "training.worker", str(spec_path)]
         env = {**os.environ, "OMP_NUM_THREADS": str(config.threads_per_rank), **spec.env}
         env.setdefault("PYTHONUNBUFFERED", "1")
-        proc = subprocess.Popen(
-            argv,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
-            start_new_session=True,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-        )
-        try:
-            output, _ = proc.communicate(timeout=spec.timeout_s)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            output, _ = proc.communicate()
-            timed_out = True
+        log_path = Path(tmp) / "output.log"
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,  # its own process group: killed as one
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            )
+            deadline = None if spec.timeout_s is None else started + spec.timeout_s
+            while True:
+                try:
+                    proc.wait(timeout=0.5)
+                    break
+                except subprocess.TimeoutExpired:
+                    if deadline is not None and time.time() > deadline:
+                        stopped = (f"trial timeout: still running after {spec.timeout_s:g} s, "
+                                   "MPI job killed")
+                    elif should_stop is not None and should_stop():
+                        stopped = "cancelled: the trial was stopped from outside, MPI job killed"
+                    if stopped:
+                        _kill_group(proc)
+                        break
+        output = log_path.read_text(errors="replace")
         wall = time.time() - started
         result: dict[str, Any] = {}
         if os.path.exists(result_path):
             with open(result_path) as f:
                 result = json.load(f)
-    if timed_out:
-        result = {"state": "failed", "exit_reason": f"trial timeout: still running after "
-                  f"{spec.timeout_s:g} s, MPI job killed"}
+    if stopped:
+        result = {"state": "failed", "exit_reason": stopped}
     elif proc.returncode != 0 and result.get("state") != "failed":
         result = {
             "state": "failed",

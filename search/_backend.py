@@ -1,0 +1,41 @@
+"""The trial backend on Dask: what a Dask worker runs for one trial.
+
+It wraps ``training.launch.run_trial`` with a stop check wired to Dask, so cancelling the
+trial's future (driver interrupted, study stopping) kills its MPI job instead of letting it
+train on unseen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from training.launch import run_trial
+
+_GONE = ("cancelled", "released", "forgotten")
+
+
+def _dask_stop_check() -> Callable[[], bool]:
+    try:
+        from distributed import get_worker
+        from distributed.core import Status
+        from distributed.worker import thread_state
+
+        worker = get_worker()
+        key = thread_state.key
+    except (ImportError, ValueError, AttributeError):  # not inside a Dask task
+        return lambda: False
+    live = (Status.running, Status.paused)
+
+    def should_stop() -> bool:
+        if worker.status not in live:
+            return True
+        task = worker.state.tasks.get(key)
+        return task is None or task.state in _GONE
+
+    return should_stop
+
+
+def run_trial_on_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """Dask task for one trial: the MPI job, stopped if Dask cancels the task."""
+    return run_trial(spec, should_stop=_dask_stop_check())
