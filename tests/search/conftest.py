@@ -1,0 +1,64 @@
+"""A throwaway PostgreSQL server, started by the tests themselves (initdb + pg_ctl)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+def _pg_bin(name: str) -> str:
+    found = shutil.which(name) or next(iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"),
+                                                  reverse=True)), None)
+    if not found:
+        pytest.fail(f"PostgreSQL's {name} is not installed (Debian: apt-get install postgresql); "
+                    ".ci/run installs it on a fresh machine")
+    return found
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """``postgresql+psycopg2://detol:PASSWORD@127.0.0.1:PORT/detol`` on a fresh server."""
+    # Not under pytest's basetemp: that is private to root, and the server runs as 'postgres'.
+    root = Path(tempfile.mkdtemp(prefix="detol-pg-"))
+    data = root / "data"
+    run_as: list[str] = []
+    if os.geteuid() == 0:  # PostgreSQL refuses to run as root
+        run_as = ["runuser", "-u", "postgres", "--"]
+        shutil.chown(root, "postgres")
+        os.chmod(root, 0o700)
+    password = "pg-secret-123"
+    pwfile = root / "pw"
+    pwfile.write_text(password + "\n")
+    if run_as:
+        shutil.chown(pwfile, "postgres")
+    port = _free_port()
+
+    def pg(*argv: str) -> None:
+        subprocess.run([*run_as, *argv], check=True, capture_output=True, text=True, timeout=120)
+
+    pg(_pg_bin("initdb"), "-D", str(data), "-U", "detol", "--auth=scram-sha-256",
+       f"--pwfile={pwfile}", "--no-sync")
+    pg(_pg_bin("pg_ctl"), "-D", str(data), "-l", str(root / "log"), "-w", "-o",
+       f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off", "start")
+    try:
+        env = {**os.environ, "PGPASSWORD": password}
+        subprocess.run([_pg_bin("createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "detol",
+                        "detol"], check=True, env=env, capture_output=True, timeout=60)
+        yield f"postgresql+psycopg2://detol:{password}@127.0.0.1:{port}/detol"
+    finally:
+        pg(_pg_bin("pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop")
+        shutil.rmtree(root, ignore_errors=True)
