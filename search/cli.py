@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import optuna
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from search._driver import Driver, RunCounts
@@ -43,7 +44,7 @@ StorageOpt = Annotated[
 
 
 def _fail(exc: StudyError) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False, soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
     return typer.Exit(2)
 
 
@@ -89,9 +90,10 @@ class _Display:
             params = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                               for k, v in trial.params.items())
             extra = f"{result.get('epochs_run', 0)} ep, {result.get('wall_time_s', 0):.1f} s"
-            line = f"trial {trial.number:>3} {what} {shown} {params} ({extra})"
+            line = f"trial {trial.number:>3} {what} {escape(shown)} {escape(params)} ({extra})"
             if kind == "failed":
-                line += f"\n    {str(result.get('exit_reason', '')).splitlines()[0][:300]}"
+                reason = (str(result.get("exit_reason", "")).splitlines() or [""])[0][:300]
+                line += f"\n    {escape(reason)}"
             self.progress.console.print(line, highlight=False, soft_wrap=True)
         stats = (f"running {c.running}  complete {c.complete}  pruned {c.pruned}  "
                  f"failed {c.failed}  {self._best()}")
@@ -137,7 +139,7 @@ def run(
             study = open_study(sf, storage_obj)
             for number in recover_orphans(study):
                 out.print(f"trial {number}: its driver died; marked failed, parameters re-queued")
-            out.print(f"study [bold]{sf.name}[/] in {redact(url)}: {target} trials, "
+            out.print(f"study [bold]{sf.name}[/] in {escape(redact(url))}: {target} trials, "
                       f"{n_parallel} at a time, {sf.training.ranks} ranks each "
                       f"({sf.strategy.name}, pruner {sf.pruner.name})", highlight=False)
             display = _Display(study, target, progress and out.is_terminal)
@@ -155,7 +157,7 @@ def run(
     out.print(f"{counts.complete} complete, {counts.pruned} pruned, {counts.failed} failed in this "
               f"run; the study holds {counts.finished}/{target} finished trials.")
     if counts.stopped_because:
-        err.print(f"[red]{counts.stopped_because}[/]")
+        err.print(f"[red]{escape(counts.stopped_because)}[/]")
         raise typer.Exit(1)
 
 

@@ -55,9 +55,10 @@ def open_storage(url: str) -> BaseStorage:
         )
     try:
         return RDBStorage(url, engine_kwargs=_engine_kwargs(scheme))
-    except ModuleNotFoundError as exc:
+    except ImportError as exc:  # Optuna re-raises a missing driver as a plain ImportError
+        name = getattr(exc.__cause__, "name", None) or exc.name or str(exc)
         hint = " (pip install 'detol[postgres]')" if scheme == "postgresql" else ""
-        raise ValueError(f"database driver {exc.name!r} is not installed{hint}") from None
+        raise ValueError(f"database driver {name!r} is not installed{hint}") from None
     except Exception as exc:  # SQLAlchemy's OperationalError and friends: one line, no password
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
         raise ValueError(f"cannot connect to {redact(url)}: {reason}") from None
