@@ -31,7 +31,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
-    """``postgresql+psycopg2://detol:PASSWORD@127.0.0.1:PORT/detol`` on a fresh server."""
+    """``postgresql://detol:PASSWORD@127.0.0.1:PORT/detol`` on a fresh server."""
     # Not under pytest's basetemp: that is private to root, and the server runs as 'postgres'.
     root = Path(tempfile.mkdtemp(prefix="detol-pg-"))
     data = root / "data"
@@ -58,7 +58,7 @@ def postgres_url() -> Iterator[str]:
         env = {**os.environ, "PGPASSWORD": password}
         subprocess.run([_pg_bin("createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "detol",
                         "detol"], check=True, env=env, capture_output=True, timeout=60)
-        yield f"postgresql+psycopg2://detol:{password}@127.0.0.1:{port}/detol"
+        yield f"postgresql://detol:{password}@127.0.0.1:{port}/detol"
     finally:
         pg(_pg_bin("pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop")
         shutil.rmtree(root, ignore_errors=True)
