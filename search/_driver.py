@@ -38,6 +38,7 @@ RESULT_ATTRS = (
     "launch_overhead_s",
     "command",
     "history",
+    "counters",
 )
 
 

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from training._data import check_dataset_name
 
-ALGORITHMS = ("sync",)
+ALGORITHMS = ("sync", "asgd", "simuparallel", "localsgd", "batch")
 ACTIVATIONS = ("relu", "tanh", "gelu", "silu")
 OPTIMIZERS = ("sgd", "adam")
 # Fields a study's [space] may search. The rest describe the experiment, not the candidate.
@@ -24,6 +24,8 @@ SEARCHABLE = (
     "dropout",
     "ranks",
     "algorithm",
+    "send_every",
+    "local_steps",
 )
 
 
@@ -48,7 +50,13 @@ class TrainConfig(BaseModel):
     activation: Literal["relu", "tanh", "gelu", "silu"] = "relu"
     dropout: float = Field(0.0, ge=0, lt=1)
     ranks: int = Field(2, ge=1)
-    algorithm: Literal["sync"] = "sync"
+    algorithm: Literal["sync", "asgd", "simuparallel", "localsgd", "batch"] = "sync"
+    send_every: int = Field(1, ge=1, description="asgd: steps between two state sends")
+    local_steps: int = Field(8, ge=1, description="localsgd: steps between two averages")
+    bucket_kb: int = Field(256, ge=1, description="sync: gradient bucket size")
+    mpi_async_progress: bool = Field(
+        False, description="MPICH progress thread (MPIR_CVAR_ASYNC_PROGRESS=1), for ASGD across nodes"
+    )
     seed: int = 0
     val_fraction: float = Field(0.2, gt=0, le=0.5)
     threads_per_rank: int = Field(1, ge=1)

@@ -1,54 +1,168 @@
-"""Synchronous data parallelism: gradients summed across ranks in one flat buffer."""
+"""Synchronous data parallelism with overlap: gradients in flat buckets, each bucket's
+nonblocking allreduce started during backward as soon as its last gradient is accumulated.
+
+The shape is Horovod's: hooks start communication, ``synchronize()`` waits before the step.
+Every rank starts the buckets in the same (index) order, as MPI requires of collectives, so a
+bucket that is ready early waits for the ones before it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 
 import torch
 from mpi4py import MPI
 
+from training._algorithm import Algorithm
+
+
+class _Bucket:
+    def __init__(self, params: list[torch.nn.Parameter], device: torch.device) -> None:
+        self.params = params
+        self.numel = sum(p.numel() for p in params)
+        self.buffer = torch.zeros(self.numel, dtype=torch.float32, device=device)
+        # MPI here is not assumed CUDA-aware: device buffers are staged through the host.
+        self.host = self.buffer if device.type == "cpu" else torch.zeros(self.numel)
+        self.views: list[torch.Tensor] = []
+        offset = 0
+        for p in params:
+            self.views.append(self.buffer[offset : offset + p.numel()].view_as(p))
+            offset += p.numel()
+        self.pending = len(params)
+        self.request: MPI.Request | None = None
+
 
 class GradientAllreduce:
-    """Sums every parameter's gradient over ``comm`` with one ``Allreduce`` per step.
+    """Sums gradients over ``comm``: bucketed, nonblocking, overlapped with backward.
 
     The loss on each rank is its local sum divided by the *global* batch size, so the summed
-    gradient equals the gradient of the mean loss over the global batch: training on P ranks
-    follows the same trajectory as one rank on the whole batch.
+    gradient is the gradient of the mean loss over the global batch: P ranks follow the same
+    trajectory as one rank on the whole batch. Gradients live in the buckets (``p.grad`` is a
+    view), so nothing is copied before or after the allreduce on CPU.
+
+    Usage per step: ``zero_grad()``, ``loss.backward()``, ``synchronize()``, ``optimizer.step()``.
     """
 
-    def __init__(self, params: Sequence[torch.nn.Parameter], comm: MPI.Comm) -> None:
+    def __init__(
+        self, params: Sequence[torch.nn.Parameter], comm: MPI.Comm, *, bucket_bytes: int = 1 << 18
+    ) -> None:
+        self.comm = comm
         self._params = [p for p in params if p.requires_grad]
-        self._comm = comm
-        total = sum(p.numel() for p in self._params)
-        # On CUDA the buffer stays on the host: MPI here is not assumed to be CUDA-aware.
-        self._flat = torch.zeros(total, dtype=torch.float32)
+        device = self._params[0].device if self._params else torch.device("cpu")
+        self._buckets: list[_Bucket] = []
+        group: list[torch.nn.Parameter] = []
+        size = 0
+        for p in reversed(self._params):  # backward produces gradients roughly in reverse
+            group.append(p)
+            size += p.numel() * 4
+            if size >= bucket_bytes:
+                self._buckets.append(_Bucket(group, device))
+                group, size = [], 0
+        if group:
+            self._buckets.append(_Bucket(group, device))
+        self._bucket_of: dict[torch.nn.Parameter, _Bucket] = {}
+        self._view_of: dict[torch.nn.Parameter, torch.Tensor] = {}
+        for b in self._buckets:
+            for p, view in zip(b.params, b.views, strict=True):
+                p.grad = view
+                self._bucket_of[p] = b
+                self._view_of[p] = view
+                p.register_post_accumulate_grad_hook(self._on_grad)
+        self._next = 0  # next bucket index to start
+        self.overlapped = 0  # buckets started from a hook (during backward), for benchmarks
+
+    @property
+    def bucket_sizes(self) -> list[int]:
+        return [b.numel for b in self._buckets]
 
     def broadcast_parameters(self, root: int = 0) -> None:
         """Make every rank start from ``root``'s weights."""
         with torch.no_grad():
             for p in self._params:
                 buf = p.detach().cpu().contiguous()
-                self._comm.Bcast(buf.numpy(), root=root)  # waits for root
+                self.comm.Bcast(buf.numpy(), root=root)  # waits for root
                 p.copy_(buf)
 
-    def __call__(self) -> None:
-        offset = 0
-        flat = self._flat
+    def zero_grad(self) -> None:
+        for b in self._buckets:
+            b.buffer.zero_()
+            b.pending = len(b.params)
+            b.request = None
         for p in self._params:
-            n = p.numel()
-            if p.grad is None:
-                flat[offset : offset + n].zero_()
-            else:
-                flat[offset : offset + n].copy_(p.grad.detach().reshape(-1))
-            offset += n
-        if self._comm.size > 1:
-            self._comm.Allreduce(MPI.IN_PLACE, flat.numpy(), op=MPI.SUM)  # waits for all ranks
-        offset = 0
+            self._rebind(p)
+        self._next = 0
+
+    def _rebind(self, p: torch.nn.Parameter) -> None:
+        view = self._view_of[p]
+        if p.grad is None or p.grad.data_ptr() != view.data_ptr():
+            if p.grad is not None:  # someone replaced .grad: keep its value, restore the view
+                view.copy_(p.grad)
+            p.grad = view
+
+    def _on_grad(self, p: torch.Tensor) -> None:
+        b = self._bucket_of[p]  # type: ignore[index]
+        self._rebind(p)  # type: ignore[arg-type]
+        b.pending -= 1
+        if b.pending == 0:
+            self._start_ready(from_hook=True)
+        elif self._next:
+            MPI.Request.Testall([x.request for x in self._buckets[: self._next] if x.request])
+
+    def _start_ready(self, *, from_hook: bool = False, force: bool = False) -> None:
+        while self._next < len(self._buckets):
+            b = self._buckets[self._next]
+            if b.pending > 0 and not force:
+                break
+            if self.comm.size > 1:
+                if b.host is not b.buffer:
+                    b.host.copy_(b.buffer)  # synchronises the CUDA stream
+                b.request = self.comm.Iallreduce(MPI.IN_PLACE, b.host.numpy(), op=MPI.SUM)
+            self.overlapped += int(from_hook)
+            self._next += 1
+
+    def synchronize(self) -> None:
+        """Start what backward did not (unused parameters, empty local batch), then wait."""
+        self._start_ready(force=True)
+        requests = [b.request for b in self._buckets if b.request is not None]
+        MPI.Request.Waitall(requests)  # waits for all ranks
+        for b in self._buckets:
+            if b.host is not b.buffer:
+                b.buffer.copy_(b.host)
         for p in self._params:
-            n = p.numel()
-            chunk = flat[offset : offset + n].view_as(p)
-            if p.grad is None:
-                p.grad = chunk.to(p.device, copy=True)
-            else:
-                p.grad.copy_(chunk)
-            offset += n
+            p.grad = self._view_of[p]  # the summed gradient; never overwritten with a local one
+
+    __call__ = synchronize
+
+
+class SyncSGD(Algorithm):
+    """Synchronous SGD: one global batch per step, split across ranks, gradients summed.
+
+    Identical (to float tolerance) to one process training on the global batch.
+    """
+
+    name = "sync"
+
+    def __init__(self, model: torch.nn.Module, comm: MPI.Comm, *, bucket_bytes: int = 1 << 18,
+                 **_: object) -> None:
+        super().__init__(model, comm)
+        self.allreduce = GradientAllreduce(list(model.parameters()), comm,
+                                           bucket_bytes=bucket_bytes)
+
+    def loss_divisor(self, *, local_batch: int, global_batch: int, epoch_size: int) -> int:
+        return global_batch  # summed over ranks = mean over the global batch
+
+    def zero_grad(self) -> None:
+        self.allreduce.zero_grad()
+
+    def before_step(self, last_in_epoch: bool) -> bool:
+        self.allreduce.synchronize()  # waits for all ranks
+        return True
+
+    @contextlib.contextmanager
+    def consensus(self) -> Iterator[None]:
+        yield  # every rank holds the same weights already
+
+    def counters(self) -> dict[str, int]:
+        return {"buckets": len(self.allreduce.bucket_sizes),
+                "overlapped_buckets": self.allreduce.overlapped}

@@ -15,8 +15,8 @@ from torch import nn
 from training._config import TrainConfig
 from training._data import Dataset, load_dataset
 from training._models import build_mlp
+from training._algorithms import make_algorithm
 from training._reporting import NullReporter, Reporter
-from training._sync import GradientAllreduce
 
 
 def pick_device(comm: MPI.Comm) -> torch.device:
@@ -41,6 +41,7 @@ class TrainResult:
     first_step_time: float | None = None
     n_params: int = 0
     test_accuracy: float | None = None
+    counters: dict[str, int] = field(default_factory=dict)
 
 
 def _sum_over_ranks(comm: MPI.Comm, values: list[float]) -> list[float]:
@@ -79,8 +80,17 @@ class Trainer:
             dropout=config.dropout,
         ).to(self.device)
         torch.manual_seed(config.seed * 1000 + comm.rank + 1)  # ... different dropout per rank
-        self.allreduce = GradientAllreduce(list(self.model.parameters()), comm)
-        self.allreduce.broadcast_parameters(root=0)  # ... and rank 0's are the ones that count
+        self.algorithm = make_algorithm(
+            config.algorithm,
+            self.model,
+            comm,
+            lr=config.lr,
+            send_every=config.send_every,
+            local_steps=config.local_steps,
+            bucket_bytes=config.bucket_kb * 1024,
+            seed=config.seed,
+        )
+        self.algorithm.broadcast_parameters(root=0)  # ... and rank 0's are the ones that count
         self.optimizer = self._make_optimizer()
         self.loss_fn = nn.CrossEntropyLoss(reduction="sum")
         self.x_train = torch.from_numpy(self.data.x_train).to(self.device)
@@ -99,18 +109,22 @@ class Trainer:
     def n_params(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
 
-    def _run_batch(self, batch: np.ndarray) -> float:
-        """One global batch: this rank's slice, gradient summed over ranks, one step."""
+    def _run_batch(self, batch: np.ndarray, last_in_epoch: bool) -> float:
+        """One global batch: this rank takes its slice; the algorithm decides what is shared."""
         local = torch.from_numpy(batch[self.comm.rank :: self.comm.size]).to(self.device)
-        self.optimizer.zero_grad(set_to_none=True)
+        self.algorithm.zero_grad()
+        divisor = self.algorithm.loss_divisor(
+            local_batch=len(local), global_batch=len(batch), epoch_size=len(self.x_train)
+        )
         if len(local):
             loss_sum = self.loss_fn(self.model(self.x_train[local]), self.y_train[local])
-            (loss_sum / len(batch)).backward()
+            (loss_sum / divisor).backward()
             local_loss = float(loss_sum.detach())
         else:
             local_loss = 0.0
-        self.allreduce()  # waits for all ranks
-        self.optimizer.step()
+        if self.algorithm.before_step(last_in_epoch):  # sync: waits for all ranks
+            self.optimizer.step()
+            self.algorithm.after_step()
         return local_loss
 
     def _run_epoch(self, epoch: int) -> float:
@@ -123,8 +137,8 @@ class Trainer:
         for start in range(0, n, bs):
             if self.first_step_time is None:
                 self.first_step_time = time.time()
-            loss += self._run_batch(order[start : start + bs])
-        total, = _sum_over_ranks(self.comm, [loss])
+            loss += self._run_batch(order[start : start + bs], last_in_epoch=start + bs >= n)
+        (total,) = _sum_over_ranks(self.comm, [loss])
         return total / n
 
     @torch.no_grad()
@@ -149,7 +163,8 @@ class Trainer:
         for epoch in range(1, self.config.epochs + 1):
             train_loss = self._run_epoch(epoch)
             epochs_run = epoch
-            val_acc, val_loss = self.evaluate(self.data.x_val, self.data.y_val)
+            with self.algorithm.consensus():  # waits for all ranks (except sync)
+                val_acc, val_loss = self.evaluate(self.data.x_val, self.data.y_val)
             row = {
                 "epoch": epoch,
                 "train_loss": train_loss,
@@ -168,6 +183,7 @@ class Trainer:
             if stop:
                 state, reason = "pruned", f"pruned after epoch {epoch}"
                 break
+        self.algorithm.finish()
         train_time = time.perf_counter() - start
         test_acc, _ = self.evaluate(self.data.x_test, self.data.y_test)
         last = history[-1]
@@ -182,6 +198,7 @@ class Trainer:
             first_step_time=self.first_step_time,
             n_params=self.n_params,
             test_accuracy=test_acc,
+            counters=self.algorithm.counters(),
         )
 
     def state_dict(self) -> dict[str, Any]:

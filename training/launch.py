@@ -116,6 +116,8 @@ def run_trial(
         argv += [sys.executable, "-m", "training.worker", str(spec_path)]
         env = {**os.environ, "OMP_NUM_THREADS": str(config.threads_per_rank), **spec.env}
         env.setdefault("PYTHONUNBUFFERED", "1")
+        if config.mpi_async_progress:
+            env.setdefault("MPIR_CVAR_ASYNC_PROGRESS", "1")
         log_path = Path(tmp) / "output.log"
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
