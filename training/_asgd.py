@@ -82,6 +82,9 @@ class ASGD(Algorithm):
         self.stats = dict.fromkeys(("sent", "received", "accepted", "rejected", "torn"), 0)
         self._candidates: list[np.ndarray] = []
         self._w_old: np.ndarray | None = None
+        self._pending: int | None = None  # peer of the message not yet completed
+        self._seq_buf = np.zeros(1)  # send buffers stay untouched until their Flush
+        self._state_buf = np.zeros(self.n)
         self.comm_seconds = 0.0
 
     def _receive(self) -> list[np.ndarray]:
@@ -99,16 +102,24 @@ class ASGD(Algorithm):
         return states
 
     def _send(self) -> None:
-        peer = int(self.rng.choice(self.peers))
+        """Write our state into our slot at a random peer. The previous message is completed
+        first (one ``Flush``), not this one: a busy target makes little RMA progress until it
+        next enters MPI, so waiting on the message just sent would stall us for its step."""
+        if self._pending is not None:
+            self.win.Flush(self._pending)  # completes the previous message at its target
+        peer = int(self.peers[self.rng.integers(len(self.peers))])
         self.seq += 1.0
-        seq = np.array([self.seq])
-        state = flat_parameters(self.model)
+        self._seq_buf[0] = self.seq
+        self._state_buf[:] = flat_parameters(self.model)
         disp = self.comm.rank * self.slot
-        # Accumulate with REPLACE keeps the order of the three writes (MPI accumulate ordering).
-        self.win.Accumulate(seq, peer, target=(disp, 1, MPI.DOUBLE), op=MPI.REPLACE)
-        self.win.Accumulate(state, peer, target=(disp + 1, self.n, MPI.DOUBLE), op=MPI.REPLACE)
-        self.win.Accumulate(seq, peer, target=(disp + 1 + self.n, 1, MPI.DOUBLE), op=MPI.REPLACE)
-        self.win.Flush(peer)  # completes at the target; does not wait for its computation
+        # Accumulate with REPLACE keeps the order of the three writes (MPI accumulate ordering),
+        # so a reader that sees equal sequence numbers at both ends sees a whole state.
+        self.win.Accumulate(self._seq_buf, peer, target=(disp, 1, MPI.DOUBLE), op=MPI.REPLACE)
+        self.win.Accumulate(self._state_buf, peer, target=(disp + 1, self.n, MPI.DOUBLE),
+                            op=MPI.REPLACE)
+        self.win.Accumulate(self._seq_buf, peer, target=(disp + 1 + self.n, 1, MPI.DOUBLE),
+                            op=MPI.REPLACE)
+        self._pending = peer
         self.stats["sent"] += 1
 
     def before_step(self, last_in_epoch: bool) -> bool:
@@ -138,7 +149,7 @@ class ASGD(Algorithm):
         self.comm_seconds += MPI.Wtime() - t
 
     def finish(self) -> None:
-        self.win.Unlock_all()
+        self.win.Unlock_all()  # completes the last message
         self.comm.Barrier()  # waits for all ranks: nobody writes into a freed window
         self.win.Free()
         set_flat_parameters(self.model, average_parameters(self.model, self.comm))
