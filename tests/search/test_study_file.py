@@ -14,6 +14,16 @@ def test_defaults_and_inferred_directions() -> None:
     assert sf.launcher.command == "mpiexec -n {ranks}"
 
 
+def test_algorithm_and_ranks_are_searchable() -> None:
+    sf = parse_study({"name": "x", "space": {
+        "algorithm": {"type": "categorical", "choices": ["sync", "asgd", "localsgd"]},
+        "ranks": {"type": "int", "low": 1, "high": 3},
+        "send_every": {"type": "int", "low": 1, "high": 8},
+    }})
+    assert sf.max_ranks == 3
+    assert sf.training.with_params({"algorithm": "asgd", "send_every": 4}).send_every == 4
+
+
 def test_space_overrides_training_per_trial_and_max_ranks_covers_the_space() -> None:
     sf = parse_study({
         "name": "x",
@@ -42,6 +52,8 @@ def test_space_overrides_training_per_trial_and_max_ranks_covers_the_space() -> 
         ({"name": "x", "space": {"dropout": {"type": "float", "low": 0, "high": 1}}}, "space.dropout", "value 1.0 is invalid for dropout"),
         ({"name": "x", "space": {"ranks": {"type": "int", "low": 0, "high": 2}}}, "space.ranks", "value 0 is invalid"),
         ({"name": "x", "launcher": {"command": "mpiexec -n 4"}}, "launcher.command", "{ranks}"),
+        ({"name": "x", "space": {"algorithm": {"type": "categorical", "choices": ["sync", "hogwild"]}}},
+         "space.algorithm", "value 'hogwild' is invalid for algorithm"),
     ],
 )
 def test_errors_name_the_field(data: dict, where: str, message: str) -> None:

@@ -60,3 +60,11 @@ def test_trial_timeout_kills_the_job_and_says_so() -> None:
     assert result["state"] == "failed"
     assert "trial timeout" in result["exit_reason"]
     assert time.monotonic() - started < 20
+
+
+def test_a_diverging_run_stops_and_says_so() -> None:
+    result = run_trial({"config": {"dataset": "digits", "epochs": 50, "ranks": 2, "lr": 1e8,
+                                   "momentum": 0.0}})
+    assert result["state"] == "failed"
+    assert result["exit_reason"].startswith("diverged: training loss is")
+    assert result["epochs_run"] < 50  # stopped, not trained to the end
