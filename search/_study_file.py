@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -41,30 +43,25 @@ class Budget(_Strict):
     max_failures: int = Field(5, ge=1, description="failed trials in one run before it gives up")
 
 
+def _one_of(registry: Mapping[str, object], kind: str) -> AfterValidator:
+    def check(v: str) -> str:
+        if v not in registry:
+            raise ValueError(f"unknown {kind} {v!r} (known: {sorted(registry)})")
+        return v
+
+    return AfterValidator(check)
+
+
 class Strategy(_Strict):
-    name: str = "tpe"
+    name: Annotated[str, _one_of(STRATEGIES, "strategy")] = "tpe"
     seed: int | None = None
     startup_trials: int = Field(10, ge=0, description="tpe: random trials before the model")
 
-    @field_validator("name")
-    @classmethod
-    def _known(cls, v: str) -> str:
-        if v not in STRATEGIES:
-            raise ValueError(f"unknown strategy {v!r} (known: {sorted(STRATEGIES)})")
-        return v
-
 
 class Pruner(_Strict):
-    name: str = "median"
+    name: Annotated[str, _one_of(PRUNERS, "pruner")] = "median"
     startup_trials: int = Field(5, ge=0, description="trials that finish before any is pruned")
     warmup_epochs: int = Field(1, ge=0, description="epochs of each trial before it can be pruned")
-
-    @field_validator("name")
-    @classmethod
-    def _known(cls, v: str) -> str:
-        if v not in PRUNERS:
-            raise ValueError(f"unknown pruner {v!r} (known: {sorted(PRUNERS)})")
-        return v
 
 
 class Launcher(_Strict):
