@@ -34,6 +34,7 @@ RESULT_ATTRS = (
     "samples_per_s",
     "exit_reason",
     "n_params",
+    "flops",
     "test_accuracy",
     "launch_overhead_s",
     "command",
@@ -106,7 +107,13 @@ class Driver:
         ask_time = time.time()
         try:
             params = self.space.suggest(trial)
+            genome = params.pop("genome", None)
             config = self.sf.training.with_params(params)
+            if genome is not None:
+                config = config.model_validate({**config.model_dump(), "genome": genome.to_dict()})
+                trial.set_user_attr("genome", genome.canonical_json)
+                trial.set_user_attr("genome_key", genome.key)
+                trial.set_user_attr("genome_summary", genome.summary())
         except Exception as exc:  # a sampler or space problem fails this trial, not the study
             self._fail(trial, counts, {"exit_reason": f"could not build the trial: {exc}"})
             return None

@@ -129,6 +129,23 @@ class StudyFile(_Strict):
     launcher: Launcher = Field(default_factory=Launcher)
     cluster: Cluster = Field(default_factory=Cluster)
     space: dict[str, _Dimension] = Field(default_factory=dict)
+    # [space.genome]: a topology family (family = "cell" | "macro" | "stack" and its options).
+    space_genome: dict[str, Any] | None = Field(None, exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_genome(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "space_genome" in data:
+            raise StudyError("space_genome", "unknown key (write the table as [space.genome])")
+        space = data.get("space") if isinstance(data, dict) else None
+        if isinstance(space, dict) and "genome" in space:
+            space = dict(space)
+            genome = space.pop("genome")
+            if not isinstance(genome, dict):
+                raise StudyError("space.genome", "must be a table with family = 'cell', "
+                                 "'macro' or 'stack'")
+            data = {**data, "space": space, "space_genome": genome}
+        return data
 
     @field_validator("name")
     @classmethod
@@ -174,7 +191,22 @@ class StudyFile(_Strict):
             )
         for name, dim in self.space.items():
             self._check_dimension(name, dim)
+        if self.space_genome is not None:
+            self._genome_family()
         return self
+
+    def _genome_family(self) -> spaces.GenomeFamily:
+        table = dict(self.space_genome or {})
+        family = table.pop("family", None)
+        if family is None:
+            raise StudyError("space.genome.family", f"required: one of {sorted(spaces.FAMILIES)}")
+        try:
+            return spaces.make_family(family, **table)
+        except (ValueError, TypeError) as exc:
+            key, sep, rest = str(exc).partition(": ")  # errors start with the offending key
+            if sep and re.fullmatch(r"[A-Za-z_][\w.\[\]]*", key):
+                raise StudyError(f"space.genome.{key}", rest) from None
+            raise StudyError("space.genome", str(exc)) from None
 
     def _check_dimension(self, name: str, raw: _Float | _Int | _Categorical) -> None:
         where = f"space.{name}"
@@ -206,7 +238,11 @@ class StudyFile(_Strict):
 
     @property
     def search_space(self) -> spaces.Space:
-        return spaces.Space({n: _to_dimension(d) for n, d in self.space.items()})
+        """Every dimension; a genome family, if any, is the dimension named ``genome``."""
+        dims: dict[str, spaces.Dimension] = {n: _to_dimension(d) for n, d in self.space.items()}
+        if self.space_genome is not None:
+            dims["genome"] = self._genome_family()  # type: ignore[assignment]
+        return spaces.Space(dims)
 
     @property
     def max_ranks(self) -> int:

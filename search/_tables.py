@@ -7,6 +7,7 @@ from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -32,7 +33,8 @@ def best_trials(study: optuna.Study, n: int) -> list[FrozenTrial]:
 def best_table(study: optuna.Study, n: int = 5) -> Table:
     names = objective_names(study)
     trials = best_trials(study, n)
-    params = sorted({p for t in trials for p in t.params})
+    params = sorted({p for t in trials for p in t.params if not p.startswith("genome")})
+    genomes = any("genome_summary" in t.user_attrs for t in trials)
     title = "Pareto front" if len(names) > 1 else f"best {len(trials)} trials"
     table = Table(title=f"{study.study_name}: {title}")
     table.add_column("trial", justify="right")
@@ -40,6 +42,8 @@ def best_table(study: optuna.Study, n: int = 5) -> Table:
         table.add_column(name, justify="right")
     for p in params:
         table.add_column(p, justify="right")
+    if genomes:
+        table.add_column("genome")
     table.add_column("test_acc", justify="right")
     table.add_column("epochs", justify="right")
     table.add_column("time s", justify="right")
@@ -48,6 +52,7 @@ def best_table(study: optuna.Study, n: int = 5) -> Table:
             str(t.number),
             *[_fmt(v) for v in t.values],
             *[_fmt(t.params.get(p, "")) for p in params],
+            *([escape(str(t.user_attrs.get("genome_summary", "")))] if genomes else []),
             _fmt(t.user_attrs.get("test_accuracy", "")),
             _fmt(t.user_attrs.get("epochs_run", "")),
             _fmt(t.user_attrs.get("wall_time_s", "")),

@@ -88,7 +88,10 @@ class _Display:
             values = result.get("values") or {}
             shown = " ".join(f"{m}={values[m]:.4g}" for m in self.names if m in values)
             params = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                              for k, v in trial.params.items())
+                              for k, v in trial.params.items() if not k.startswith("genome."))
+            summary = trial.user_attrs.get("genome_summary")
+            if summary:
+                params = f"{params} [{summary}]" if params else f"[{summary}]"
             extra = f"{result.get('epochs_run', 0)} ep, {result.get('wall_time_s', 0):.1f} s"
             line = f"trial {trial.number:>3} {what} {escape(shown)} {escape(params)} ({extra})"
             if kind == "failed":

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+import spaces
 from training._data import check_dataset_name
 
 ALGORITHMS = ("sync", "asgd", "simuparallel", "localsgd", "batch")
@@ -59,7 +60,18 @@ class TrainConfig(BaseModel):
     )
     seed: int = 0
     val_fraction: float = Field(0.2, gt=0, le=0.5)
+    genome: dict[str, Any] | None = Field(None, description="topology (a spaces genome as a dict)")
+    cell_channels: int = Field(16, ge=1, description="cell genomes: stem channels")
+    cell_stages: int = Field(2, ge=1, le=4, description="cell genomes: stages")
+    cells_per_stage: int = Field(1, ge=1, le=5, description="cell genomes: cells per stage")
     threads_per_rank: int = Field(1, ge=1)
+
+    @field_validator("genome")
+    @classmethod
+    def _valid_genome(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            spaces.genome_from_dict(value)  # raises ValueError naming what is wrong
+        return value
 
     @field_validator("dataset")
     @classmethod
@@ -79,4 +91,5 @@ METRICS: dict[str, str] = {
     "val_loss": "minimize",
     "train_loss": "minimize",
     "n_params": "minimize",
+    "flops": "minimize",
 }

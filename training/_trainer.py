@@ -14,6 +14,8 @@ from torch import nn
 
 from training._config import TrainConfig
 from training._data import Dataset, load_dataset
+from spaces import genome_from_dict
+from training._genome_models import build_genome_model, model_cost
 from training._models import build_mlp
 from training._algorithms import make_algorithm
 from training._reporting import NullReporter, Reporter
@@ -40,6 +42,7 @@ class TrainResult:
     samples_per_s: float = 0.0
     first_step_time: float | None = None
     n_params: int = 0
+    flops: int = 0
     test_accuracy: float | None = None
     counters: dict[str, int] = field(default_factory=dict)
 
@@ -71,14 +74,8 @@ class Trainer:
         torch.set_num_threads(config.threads_per_rank)
         self.data = data if data is not None else load_dataset(config.dataset, config.val_fraction)
         torch.manual_seed(config.seed)  # same initial weights on every rank ...
-        self.model = build_mlp(
-            self.data.input_dim,
-            self.data.n_classes,
-            hidden=config.hidden,
-            layers=config.layers,
-            activation=config.activation,
-            dropout=config.dropout,
-        ).to(self.device)
+        self.model = self._build_model().to(self.device)
+        self.flops = model_cost(self.model, self.data.x_train.shape[1:]).flops
         torch.manual_seed(config.seed * 1000 + comm.rank + 1)  # ... different dropout per rank
         self.algorithm = make_algorithm(
             config.algorithm,
@@ -96,6 +93,20 @@ class Trainer:
         self.x_train = torch.from_numpy(self.data.x_train).to(self.device)
         self.y_train = torch.from_numpy(self.data.y_train).to(self.device)
         self.first_step_time: float | None = None
+
+    def _build_model(self) -> nn.Module:
+        c = self.config
+        if c.genome is not None:  # a searched topology
+            return build_genome_model(
+                genome_from_dict(c.genome),
+                self.data.x_train.shape[1:],
+                self.data.n_classes,
+                channels=c.cell_channels,
+                stages=c.cell_stages,
+                cells_per_stage=c.cells_per_stage,
+            )
+        return build_mlp(self.data.input_dim, self.data.n_classes, hidden=c.hidden,
+                         layers=c.layers, activation=c.activation, dropout=c.dropout)
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         c = self.config
@@ -171,6 +182,7 @@ class Trainer:
                 "val_loss": val_loss,
                 "val_accuracy": val_acc,
                 "n_params": float(self.n_params),
+                "flops": float(self.flops),
             }
             history.append(row)
             if not math.isfinite(train_loss):  # every rank sees the same summed loss
@@ -197,6 +209,7 @@ class Trainer:
             samples_per_s=epochs_run * len(self.data.x_train) / train_time if train_time else 0.0,
             first_step_time=self.first_step_time,
             n_params=self.n_params,
+            flops=self.flops,
             test_accuracy=test_acc,
             counters=self.algorithm.counters(),
         )

@@ -156,3 +156,42 @@ hidden = 8
     # No per-epoch reports in a multi-objective study; the learning curve is kept all the same.
     assert trial.intermediate_values == {}
     assert [row["epoch"] for row in trial.user_attrs["history"]] == [1]
+
+
+def test_topology_study_stores_genomes_rebuildable_from_params(
+    tmp_path: Path, write_study: Callable[..., Path]
+) -> None:
+    import spaces
+
+    study_file = write_study("""
+name = "topo"
+metric = ["val_accuracy", "flops"]
+pruner = "none"
+strategy = { name = "random", seed = 3 }
+[budget]
+trials = 2
+[training]
+dataset = "digits"
+epochs = 1
+ranks = 2
+optimizer = "adam"
+lr = 0.003
+[space.genome]
+family = "stack"
+max_conv_layers = 2
+channels = [4, 8]
+widths = [16]
+""")
+    journal = str(tmp_path / "topo.journal")
+    done = _search("run", str(study_file), "--storage", journal, "--no-progress")
+    assert done.returncode == 0, done.stdout + done.stderr
+    family = spaces.make_family("stack", max_conv_layers=2, channels=[4, 8], widths=[16])
+    study = optuna.load_study(study_name="topo", storage=open_storage(journal))
+    for t in study.trials:
+        assert t.state is TrialState.COMPLETE
+        genome = family.from_params(t.params)  # the genome from trial.params alone
+        assert genome.key == t.user_attrs["genome_key"]
+        assert spaces.genome_from_json(t.user_attrs["genome"]) == genome
+        assert t.user_attrs["genome_summary"] == genome.summary()
+        assert t.values[1] == t.user_attrs["flops"] > 0
+        assert genome.summary() in done.stdout

@@ -24,6 +24,35 @@ def test_algorithm_and_ranks_are_searchable() -> None:
     assert sf.training.with_params({"algorithm": "asgd", "send_every": 4}).send_every == 4
 
 
+def test_genome_table_becomes_the_genome_dimension() -> None:
+    sf = parse_study({"name": "x", "space": {
+        "lr": {"type": "float", "low": 0.01, "high": 0.1},
+        "genome": {"family": "cell", "nodes": 4},
+    }})
+    space = sf.search_space
+    assert list(space) == ["lr", "genome"]
+    assert "space_genome" not in sf.model_dump()
+
+
+@pytest.mark.parametrize(
+    ("genome", "where", "message"),
+    [
+        ({"nodes": 4}, "space.genome.family", "required"),
+        ({"family": "transformer"}, "space.genome.family", "unknown genome family 'transformer'"),
+        ({"family": "cell", "ops": ["none", "conv9x9"]}, "space.genome.ops", "unknown op"),
+        ({"family": "macro", "max_nodes": 40}, "space.genome.max_nodes", "out of range"),
+        ({"family": "cell", "ops": ["none"]}, "space.genome.ops", "no usable op"),
+        ({"family": "stack", "depth": 3}, "space.genome.depth", "unknown key for a stack family"),
+    ],
+)
+def test_bad_genome_tables_name_the_key(genome: dict, where: str, message: str) -> None:
+    with pytest.raises(StudyError) as info:
+        parse_study({"name": "x", "space": {"genome": genome}})
+    assert info.value.where == where, info.value
+    assert message in info.value.message
+    assert "\n" not in str(info.value)
+
+
 def test_space_overrides_training_per_trial_and_max_ranks_covers_the_space() -> None:
     sf = parse_study({
         "name": "x",
