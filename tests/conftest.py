@@ -21,8 +21,12 @@ def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
 
 @pytest.fixture
 def helpers_env() -> dict[str, str]:
-    """[launcher] env that lets trial MPI jobs import tests/_trial_helpers.py."""
-    return {"PYTHONPATH": os.pathsep.join([str(TESTS_DIR), os.environ.get("PYTHONPATH", "")])}
+    """[launcher] env that lets trial MPI jobs import tests/mpi_jobs/_trial_helpers.py.
+
+    Not tests/ itself: its packages (tests/spaces, ...) would shadow the real ones.
+    """
+    jobs = TESTS_DIR / "mpi_jobs"
+    return {"PYTHONPATH": os.pathsep.join([str(jobs), os.environ.get("PYTHONPATH", "")])}
 
 # The smallest valid study: one rank, one epoch on digits (everything else defaults).
 MINIMAL_TRAINING = {"dataset": '"digits"', "epochs": "1", "ranks": "1"}

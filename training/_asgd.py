@@ -9,9 +9,11 @@ Parzen-window gate accepts::
     w_i <- w_i - eps * (delta * (w_i - (w_i + w_j) / 2) + g)
 
 Window: allocated once, one slot per sender, so writers never collide. A slot is
-``[seq, state..., seq]``; the writer updates it front to back (ordered accumulates), the reader
-back to front, so a slot whose two sequence numbers differ was read mid-write and is rejected
-(a seqlock). One ``Lock_all`` for the whole run, never a lock per message.
+``[seq, checksum | state (float32) | seq]``, written with one ``Put``. MPI does not order the
+bytes of a put, so a reader accepts a slot only if both sequence numbers agree *and* the state's
+checksum matches; anything else was read mid-write and is rejected as ``torn``. One
+``Lock_all`` for the whole run, never a lock per message; each message is completed (``Flush``)
+when the next one is sent, so a sender never waits for a busy target.
 """
 
 from __future__ import annotations
@@ -28,25 +30,54 @@ from training._algorithm import (
 )
 
 EMPTY, OLD, TORN, NEW = "empty", "old", "torn", "new"
+_HEAD = 16  # bytes: sequence number, checksum (int64 each)
+_TAIL = 8  # bytes: sequence number again
 
 
-def read_slot(slot: np.ndarray, last_seen: float) -> tuple[str, np.ndarray | None, float]:
-    """Read one ``[seq, state..., seq]`` slot: (status, a copy of the state if NEW, seq)."""
-    end = float(slot[-1])  # read the closing number first ...
-    if end == 0.0:
-        return EMPTY, None, 0.0
+def checksum(state: np.ndarray) -> int:
+    """Exact, order-independent sum of the float32 bit patterns (mod 2**63)."""
+    return int(np.sum(state.view(np.uint32), dtype=np.uint64) & np.uint64(2**63 - 1))
+
+
+def slot_bytes(n: int) -> int:
+    return _HEAD + 4 * n + (4 * n) % 8 + _TAIL  # the trailer stays 8-byte aligned
+
+
+class Slot:
+    """Typed views of one slot's bytes (in a window or in a send buffer)."""
+
+    def __init__(self, raw: np.ndarray, n: int) -> None:
+        self.head = raw[:_HEAD].view(np.int64)  # [seq, checksum]
+        self.state = raw[_HEAD : _HEAD + 4 * n].view(np.float32)
+        self.tail = raw[len(raw) - _TAIL :].view(np.int64)  # [seq]
+
+    def write(self, seq: int, state: np.ndarray) -> None:
+        self.state[:] = state
+        self.head[:] = (seq, checksum(self.state))
+        self.tail[0] = seq
+
+
+def read_slot(slot: Slot, last_seen: int) -> tuple[str, np.ndarray | None, int]:
+    """(status, a copy of the state if NEW, seq). Reads the trailer first and the header last."""
+    end = int(slot.tail[0])
+    if end == 0:
+        return EMPTY, None, 0
     if end <= last_seen:
         return OLD, None, end
-    state = slot[1:-1].copy()
-    begin = float(slot[0])  # ... and the opening one last: equal means no write overlapped
-    if begin != end:
+    state = slot.state.copy()
+    begin, stored = (int(v) for v in slot.head)
+    if begin != end or stored != checksum(state):
         return TORN, None, end
     return NEW, state, end
 
 
 def parzen_gate(w_old: np.ndarray, w_new: np.ndarray, w_ext: np.ndarray) -> bool:
-    """Accept ``w_ext`` when the local step moves towards it: the paper's delta(i, j)."""
-    return float(np.sum((w_new - w_ext) ** 2)) < float(np.sum((w_old - w_ext) ** 2))
+    """Accept ``w_ext`` when the local step moves towards it: the paper's delta(i, j).
+
+    ``||w_new - w_ext||^2 < ||w_old - w_ext||^2`` rewritten as one dot product, which is
+    algebraically the same and needs no temporaries of squared norms.
+    """
+    return float(np.dot(w_new - w_old, w_new + w_old - 2 * w_ext)) < 0.0
 
 
 def asgd_update(w_old: np.ndarray, w_new: np.ndarray, accepted: list[np.ndarray],
@@ -68,31 +99,32 @@ class ASGD(Algorithm):
         self.eps = lr
         self.send_every = send_every
         self.n = sum(p.numel() for p in model.parameters())
-        self.slot = self.n + 2
+        self.slot = slot_bytes(self.n)
         self.rng = np.random.default_rng([seed, comm.rank, 7])
         self.peers = [r for r in range(comm.size) if r != comm.rank]
-        self.win = MPI.Win.Allocate(comm.size * self.slot * 8, disp_unit=8, comm=comm)
-        self.buf = np.frombuffer(memoryview(self.win), dtype=np.float64)
-        self.buf[:] = 0.0
+        self.win = MPI.Win.Allocate(comm.size * self.slot, disp_unit=1, comm=comm)
+        raw = np.frombuffer(memoryview(self.win), dtype=np.uint8)
+        raw[:] = 0
+        self.slots = [Slot(raw[j * self.slot : (j + 1) * self.slot], self.n)
+                      for j in range(comm.size)]
         comm.Barrier()  # waits for all ranks: every window is zeroed before anyone writes
         self.win.Lock_all(MPI.MODE_NOCHECK)  # one epoch of passive-target access for the run
-        self.seq = 0.0
-        self.last_seen = np.zeros(comm.size)
+        self.seq = 0
+        self.last_seen = [0] * comm.size
         self.steps = 0
         self.stats = dict.fromkeys(("sent", "received", "accepted", "rejected", "torn"), 0)
         self._candidates: list[np.ndarray] = []
         self._w_old: np.ndarray | None = None
         self._pending: int | None = None  # peer of the message not yet completed
-        self._seq_buf = np.zeros(1)  # send buffers stay untouched until their Flush
-        self._state_buf = np.zeros(self.n)
+        self._send_raw = np.zeros(self.slot, np.uint8)  # untouched until its Flush
+        self._send = Slot(self._send_raw, self.n)
         self.comm_seconds = 0.0
 
     def _receive(self) -> list[np.ndarray]:
         self.win.Sync()  # make remote writes to our own window visible to local loads
         states = []
         for j in self.peers:
-            status, state, seq = read_slot(self.buf[j * self.slot : (j + 1) * self.slot],
-                                           self.last_seen[j])
+            status, state, seq = read_slot(self.slots[j], self.last_seen[j])
             if status == TORN:
                 self.stats["torn"] += 1
             elif status == NEW:
@@ -101,24 +133,17 @@ class ASGD(Algorithm):
                 states.append(state)
         return states
 
-    def _send(self) -> None:
-        """Write our state into our slot at a random peer. The previous message is completed
+    def _send_state(self, state: np.ndarray) -> None:
+        """Write ``state`` into our slot at a random peer. The previous message is completed
         first (one ``Flush``), not this one: a busy target makes little RMA progress until it
         next enters MPI, so waiting on the message just sent would stall us for its step."""
         if self._pending is not None:
             self.win.Flush(self._pending)  # completes the previous message at its target
         peer = int(self.peers[self.rng.integers(len(self.peers))])
-        self.seq += 1.0
-        self._seq_buf[0] = self.seq
-        self._state_buf[:] = flat_parameters(self.model)
-        disp = self.comm.rank * self.slot
-        # Accumulate with REPLACE keeps the order of the three writes (MPI accumulate ordering),
-        # so a reader that sees equal sequence numbers at both ends sees a whole state.
-        self.win.Accumulate(self._seq_buf, peer, target=(disp, 1, MPI.DOUBLE), op=MPI.REPLACE)
-        self.win.Accumulate(self._state_buf, peer, target=(disp + 1, self.n, MPI.DOUBLE),
-                            op=MPI.REPLACE)
-        self.win.Accumulate(self._seq_buf, peer, target=(disp + 1 + self.n, 1, MPI.DOUBLE),
-                            op=MPI.REPLACE)
+        self.seq += 1
+        self._send.write(self.seq, state)
+        self.win.Put(self._send_raw, peer, target=(self.comm.rank * self.slot, self.slot,
+                                                   MPI.BYTE))
         self._pending = peer
         self.stats["sent"] += 1
 
@@ -126,8 +151,9 @@ class ASGD(Algorithm):
         if self.peers:
             t = MPI.Wtime()
             self._candidates = self._receive()
+            if self._candidates:
+                self._w_old = flat_parameters(self.model, np.float32)
             self.comm_seconds += MPI.Wtime() - t
-            self._w_old = flat_parameters(self.model) if self._candidates else None
         return True
 
     def after_step(self) -> None:
@@ -135,17 +161,18 @@ class ASGD(Algorithm):
         if not self.peers:
             return
         t = MPI.Wtime()
-        if self._candidates and self._w_old is not None:
-            w_new = flat_parameters(self.model)
+        sending = self.steps % self.send_every == 0
+        w_new = flat_parameters(self.model, np.float32) if self._candidates or sending else None
+        if self._candidates and self._w_old is not None and w_new is not None:
             accepted = [w for w in self._candidates if parzen_gate(self._w_old, w_new, w)]
             self.stats["accepted"] += len(accepted)
             self.stats["rejected"] += len(self._candidates) - len(accepted)
             if accepted:
-                set_flat_parameters(self.model,
-                                    asgd_update(self._w_old, w_new, accepted, self.eps))
+                w_new = asgd_update(self._w_old, w_new, accepted, self.eps)
+                set_flat_parameters(self.model, w_new)
             self._candidates = []
-        if self.steps % self.send_every == 0:
-            self._send()
+        if sending and w_new is not None:
+            self._send_state(w_new)
         self.comm_seconds += MPI.Wtime() - t
 
     def finish(self) -> None:

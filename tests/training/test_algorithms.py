@@ -14,7 +14,7 @@ from training._config import ALGORITHMS
 from training.launch import launcher_argv
 
 pytestmark = pytest.mark.mpi
-JOB = Path(__file__).resolve().parents[1] / "_algo_job.py"
+JOB = Path(__file__).resolve().parents[1] / "mpi_jobs" / "_algo_job.py"
 
 
 @pytest.fixture(scope="module")

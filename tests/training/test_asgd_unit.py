@@ -1,27 +1,58 @@
-"""ASGD's pieces by hand: the slot reader (seqlock), the Parzen-window gate and the update."""
+"""ASGD's pieces by hand: the slot reader, the Parzen-window gate and the update."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from training._asgd import EMPTY, NEW, OLD, TORN, asgd_update, parzen_gate, read_slot
+from training._asgd import (
+    EMPTY,
+    NEW,
+    OLD,
+    TORN,
+    Slot,
+    asgd_update,
+    parzen_gate,
+    read_slot,
+    slot_bytes,
+)
 
 
-def test_slot_reader_accepts_whole_states_once_and_rejects_torn_ones() -> None:
-    slot = np.zeros(5)
-    assert read_slot(slot, 0.0)[0] == EMPTY
-    slot[:] = [3.0, 1.0, 2.0, 3.0, 3.0]
-    status, state, seq = read_slot(slot, 2.0)
-    assert (status, seq) == (NEW, 3.0)
+def _slot(n: int = 3) -> Slot:
+    return Slot(np.zeros(slot_bytes(n), np.uint8), n)
+
+
+def test_slot_reader_accepts_whole_states_once() -> None:
+    slot = _slot()
+    assert read_slot(slot, 0)[0] == EMPTY
+    slot.write(3, np.array([1.0, 2.0, 3.0], np.float32))
+    status, state, seq = read_slot(slot, 2)
+    assert (status, seq) == (NEW, 3)
     np.testing.assert_array_equal(state, [1.0, 2.0, 3.0])
     state[0] = 99.0  # a copy: the window may change under it
-    assert slot[1] == 1.0
-    assert read_slot(slot, 3.0)[0] == OLD  # already seen
-    slot[0] = 4.0  # writer started message 4: opening number ahead of the closing one
-    slot[1] = -1.0
-    assert read_slot(slot, 3.0)[0] == OLD  # nothing complete and unseen yet
-    assert read_slot(slot, 2.0) == (TORN, None, 3.0)  # message 3 unseen, but being overwritten
+    assert slot.state[0] == 1.0
+    assert read_slot(slot, 3)[0] == OLD  # already seen
+
+
+@pytest.mark.parametrize("tear", ["header-ahead", "state-half-written", "trailer-ahead"])
+def test_slot_reader_rejects_a_read_that_overlapped_a_write(tear: str) -> None:
+    slot = _slot()
+    slot.write(3, np.array([1.0, 2.0, 3.0], np.float32))
+    if tear == "header-ahead":  # the writer of message 4 got as far as the header
+        slot.head[0] = 4
+    elif tear == "state-half-written":  # both numbers say 4, the state is half old
+        new = Slot(np.zeros(slot_bytes(3), np.uint8), 3)
+        new.write(4, np.array([7.0, 8.0, 9.0], np.float32))
+        slot.head[:] = new.head
+        slot.tail[:] = new.tail
+        slot.state[0] = 7.0
+    else:  # the trailer landed before the rest
+        slot.tail[0] = 4
+    status, state, _ = read_slot(slot, 3 if tear == "header-ahead" else 2)
+    if tear == "header-ahead":
+        assert status == OLD  # nothing new is complete yet
+        status, state, _ = read_slot(slot, 2)
+    assert status == TORN and state is None
 
 
 def test_gate_matches_the_paper_by_hand() -> None:
@@ -35,6 +66,14 @@ def test_gate_matches_the_paper_by_hand() -> None:
     assert parzen_gate(w_i, w_step, towards)
     assert not parzen_gate(w_i, w_step, away)
     assert not parzen_gate(w_i, w_step, sideways)
+
+
+def test_gate_agrees_with_the_norm_comparison_on_random_vectors() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        w_old, w_new, w_ext = rng.normal(size=(3, 50))
+        by_norms = np.sum((w_new - w_ext) ** 2) < np.sum((w_old - w_ext) ** 2)
+        assert parzen_gate(w_old, w_new, w_ext) == by_norms
 
 
 def test_update_is_the_papers_formula_for_one_state() -> None:

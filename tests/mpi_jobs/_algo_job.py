@@ -1,6 +1,6 @@
 """MPI program for tests: every algorithm on the digits MLP and on K-means, one launch.
 
-Usage: mpiexec -n 2 python tests/_algo_job.py OUT.json
+Usage: mpiexec -n 2 python tests/mpi_jobs/_algo_job.py OUT.json
 """
 
 from __future__ import annotations
