@@ -29,6 +29,7 @@ RESULT_ATTRS = (
     "ranks",
     "algorithm",
     "wall_time_s",
+    "rank_seconds",
     "train_time_s",
     "epochs_run",
     "samples_per_s",
@@ -95,7 +96,7 @@ class Driver:
         self.storage_url = storage_url
         self.on_event = on_event or (lambda *a: None)
         self.space = sf.search_space
-        self.pruner = pruner_spec(sf.pruner.name, sf.pruner.model_dump()).to_json()
+        self.pruner = pruner_spec(sf.pruner.name, sf.pruner.spec_options(sf.training.epochs)).to_json()
         self.owner = driver_id()
 
     def _finished_count(self) -> int:

@@ -7,22 +7,23 @@ from typing import Any
 
 import optuna
 
+from training.launch import build_pruner
+
 
 @dataclass(frozen=True)
 class PrunerSpec:
-    """A pruner as ``module:Class`` + kwargs, so the MPI job's rank 0 can build the same one."""
+    """A pruner as ``module:Class`` + kwargs (a kwarg may itself be a spec), so the MPI job's
+    rank 0 can build the same pruner from JSON."""
 
     factory: str
     kwargs: dict[str, Any]
 
-    def build(self) -> optuna.pruners.BasePruner:
-        import importlib
-
-        module, _, name = self.factory.partition(":")
-        return getattr(importlib.import_module(module), name)(**self.kwargs)
-
     def to_json(self) -> dict[str, Any]:
-        return {"factory": self.factory, "kwargs": dict(self.kwargs)}
+        return {"factory": self.factory, "kwargs": {
+            k: v.to_json() if isinstance(v, PrunerSpec) else v for k, v in self.kwargs.items()}}
+
+    def build(self) -> optuna.pruners.BasePruner:
+        return build_pruner(self.to_json())
 
 
 def _random(options: dict[str, Any], seed: int | None) -> optuna.samplers.BaseSampler:
@@ -43,21 +44,64 @@ def _tpe(options: dict[str, Any], seed: int | None) -> optuna.samplers.BaseSampl
 STRATEGIES = {"random": _random, "tpe": _tpe}
 
 
-def _none(options: dict[str, Any]) -> PrunerSpec:
+def _none(o: dict[str, Any]) -> PrunerSpec:
     return PrunerSpec("optuna.pruners:NopPruner", {})
 
 
-def _median(options: dict[str, Any]) -> PrunerSpec:
-    return PrunerSpec(
-        "optuna.pruners:MedianPruner",
-        {
-            "n_startup_trials": options["startup_trials"],
-            "n_warmup_steps": options["warmup_epochs"],
-        },
-    )
+def _median(o: dict[str, Any]) -> PrunerSpec:
+    return PrunerSpec("optuna.pruners:MedianPruner", {
+        "n_startup_trials": o["startup_trials"], "n_warmup_steps": o["warmup_epochs"]})
 
 
-PRUNERS = {"none": _none, "median": _median}
+def _percentile(o: dict[str, Any]) -> PrunerSpec:
+    return PrunerSpec("optuna.pruners:PercentilePruner", {
+        "percentile": o["percentile"], "n_startup_trials": o["startup_trials"],
+        "n_warmup_steps": o["warmup_epochs"]})
+
+
+def _asha(o: dict[str, Any]) -> PrunerSpec:
+    return PrunerSpec("optuna.pruners:SuccessiveHalvingPruner", {
+        "min_resource": o["min_epochs"], "reduction_factor": o["reduction_factor"],
+        "min_early_stopping_rate": o["min_early_stopping_rate"]})
+
+
+def _hyperband(o: dict[str, Any]) -> PrunerSpec:
+    return PrunerSpec("optuna.pruners:HyperbandPruner", {
+        "min_resource": o["min_epochs"], "max_resource": o["max_epochs"],
+        "reduction_factor": o["reduction_factor"]})
+
+
+def _threshold(o: dict[str, Any]) -> PrunerSpec:
+    return PrunerSpec("optuna.pruners:ThresholdPruner", {
+        "lower": o["lower"], "upper": o["upper"], "n_warmup_steps": o["warmup_epochs"]})
+
+
+def _patient(o: dict[str, Any]) -> PrunerSpec:
+    inner = PRUNERS[o["wrapped"]](o)
+    return PrunerSpec("optuna.pruners:PatientPruner", {
+        "wrapped_pruner": None if o["wrapped"] == "none" else inner,
+        "patience": o["patience"], "min_delta": o["min_delta"]})
+
+
+PRUNERS = {
+    "none": _none,
+    "median": _median,
+    "percentile": _percentile,
+    "asha": _asha,
+    "hyperband": _hyperband,
+    "threshold": _threshold,
+    "patient": _patient,
+}
+# The study-file options each pruner reads ("patient" also reads its wrapped pruner's).
+PRUNER_OPTIONS: dict[str, tuple[str, ...]] = {
+    "none": (),
+    "median": ("startup_trials", "warmup_epochs"),
+    "percentile": ("percentile", "startup_trials", "warmup_epochs"),
+    "asha": ("min_epochs", "reduction_factor", "min_early_stopping_rate"),
+    "hyperband": ("min_epochs", "max_epochs", "reduction_factor"),
+    "threshold": ("lower", "upper", "warmup_epochs"),
+    "patient": ("wrapped", "patience", "min_delta"),
+}
 
 
 def build_sampler(name: str, options: dict[str, Any], seed: int | None) -> optuna.samplers.BaseSampler:

@@ -46,7 +46,7 @@ def open_study(sf: StudyFile, storage: BaseStorage) -> optuna.Study:
     if seed is not None and existing is not None:
         seed += len(existing.get_trials(deepcopy=False))
     sampler = build_sampler(sf.strategy.name, sf.strategy.model_dump(), seed)
-    pruner = pruner_spec(sf.pruner.name, sf.pruner.model_dump()).build()
+    pruner = pruner_spec(sf.pruner.name, sf.pruner.spec_options(sf.training.epochs)).build()
     study = optuna.create_study(
         study_name=sf.name,
         storage=storage,

@@ -25,7 +25,7 @@ from pydantic import (
 
 import spaces
 from search._errors import StudyError
-from search._registry import PRUNERS, STRATEGIES
+from search._registry import PRUNER_OPTIONS, PRUNERS, STRATEGIES
 from training.launch import DEFAULT_LAUNCHER, METRICS, SEARCHABLE, TrainConfig
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
@@ -59,9 +59,39 @@ class Strategy(_Strict):
 
 
 class Pruner(_Strict):
+    """Early stopping. Each pruner reads only its own options; any other key is an error."""
+
     name: Annotated[str, _one_of(PRUNERS, "pruner")] = "median"
     startup_trials: int = Field(5, ge=0, description="trials that finish before any is pruned")
     warmup_epochs: int = Field(1, ge=0, description="epochs of each trial before it can be pruned")
+    percentile: float = Field(25.0, gt=0, lt=100, description="percentile: keep trials above it")
+    min_epochs: int = Field(1, ge=1, description="asha/hyperband: epochs before the first rung")
+    max_epochs: int | None = Field(None, ge=1, description="hyperband: default training.epochs")
+    reduction_factor: int = Field(3, ge=2, description="asha/hyperband: 1/r survive each rung")
+    min_early_stopping_rate: int = Field(0, ge=0, description="asha")
+    lower: float | None = Field(None, description="threshold: prune below")
+    upper: float | None = Field(None, description="threshold: prune above")
+    patience: int = Field(3, ge=0, description="patient: epochs without improvement tolerated")
+    min_delta: float = Field(0.0, ge=0, description="patient: smallest improvement that counts")
+    wrapped: Annotated[str, _one_of(PRUNERS, "pruner")] = Field(
+        "none", description="patient: the pruner it wraps")
+
+    @model_validator(mode="after")
+    def _own_options(self) -> Pruner:
+        allowed = set(PRUNER_OPTIONS[self.name])
+        if self.name == "patient":
+            if self.wrapped == "patient":
+                raise StudyError("pruner.wrapped", "a patient pruner cannot wrap another one")
+            allowed |= set(PRUNER_OPTIONS[self.wrapped])
+        for key in sorted(self.model_fields_set - {"name"} - allowed):
+            raise StudyError(f"pruner.{key}", f"not an option of the {self.name!r} pruner "
+                             f"(its options: {sorted(allowed)})")
+        if self.name == "threshold" and self.lower is None and self.upper is None:
+            raise StudyError("pruner", "the threshold pruner needs lower and/or upper")
+        return self
+
+    def spec_options(self, epochs: int) -> dict[str, Any]:
+        return {**self.model_dump(), "max_epochs": self.max_epochs or epochs}
 
 
 class Launcher(_Strict):

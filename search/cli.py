@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -23,7 +24,7 @@ from search._errors import StudyError
 from search._study import open_study, recover_orphans
 from search._study_file import load_study_file
 from search._tables import best_table, objective_names, status_table
-from training.launch import DEFAULT_STORAGE, open_storage, redact
+from training.launch import DEFAULT_STORAGE, journal_path, open_storage, redact
 
 app = typer.Typer(
     add_completion=False,
@@ -222,6 +223,168 @@ def best(
 
 def best_trials_exist(study: optuna.Study) -> bool:
     return bool(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+
+
+# --- looking at a study: report, dashboard, export ----------------------------------------------
+
+
+def _reading(url: str) -> str:
+    """``url`` for commands that only read: a journal file must already exist (never create one)."""
+    path = journal_path(url)
+    if path and not Path(path).is_file():
+        raise StudyError("storage", f"no journal file {path!r}")
+    return url
+
+
+def _load_reading(study: str, storage: str | None) -> tuple[optuna.Study, str]:
+    """``_load`` for commands that only read: a missing journal file is an error, not created."""
+    url = storage
+    if study.endswith(".toml") or Path(study).is_file():
+        url = storage or load_study_file(study).storage
+    _reading(url or DEFAULT_STORAGE)
+    return _load(study, storage)
+
+
+def _writable(path: Path) -> Path:
+    if path.is_dir():
+        raise StudyError("output", f"cannot write {path}: it is a directory")
+    if not path.parent.is_dir():
+        raise StudyError("output", f"cannot write {path}: directory {str(path.parent)!r} does not "
+                         "exist")
+    if not os.access(path.parent, os.W_OK):
+        raise StudyError("output", f"cannot write {path}: directory {str(path.parent)!r} is not "
+                         "writable")
+    return path
+
+
+@app.command()
+def report(
+    study: Annotated[str, typer.Argument(help="study name or study file")],
+    storage: StorageOpt = None,
+    output: Annotated[Path | None, typer.Option(
+        "-o", "--output", help="HTML file [default: STUDY-report.html]")] = None,
+    compare: Annotated[list[str] | None, typer.Option(
+        help="compare with this study of the same storage (repeat, or a,b) [default: every "
+             "study there with the same first objective]")] = None,
+    no_compare: Annotated[bool, typer.Option(
+        "--no-compare", help="no strategy comparison")] = False,
+) -> None:
+    """Write a self-contained HTML report of a study (figures need no server or network)."""
+    from search._analysis import other_studies
+    from search._report import write_report
+
+    try:
+        s, url = _load_reading(study, storage)
+        path = _writable(output or Path(f"{s.study_name}-report.html"))
+        names = [n for item in compare or [] for n in item.split(",") if n]
+        try:
+            others = [] if no_compare else other_studies(s, names or None)
+        except KeyError as exc:
+            known = optuna.get_all_study_names(s._storage)  # noqa: SLF001
+            raise StudyError("compare", f"no study {exc.args[0]!r} in {redact(url)} "
+                             f"(found: {known})") from None
+        try:
+            summary = write_report(s, path, storage_label=redact(url), compare=others)
+        except OSError as exc:
+            raise StudyError("output", f"cannot write {path}: {exc.strerror or exc}") from None
+    except StudyError as exc:
+        raise _fail(exc) from None
+    out.print(f"wrote {escape(str(path))}: {summary.figures} figures", highlight=False)
+    for note in summary.notes:
+        out.print(f"  not drawn: {escape(note)}", highlight=False, soft_wrap=True)
+
+
+@app.command()
+def dashboard(
+    target: Annotated[str | None, typer.Argument(
+        metavar="[STUDY_OR_STORAGE]",
+        help=f"study name, study file, storage URL or journal file [default: {DEFAULT_STORAGE}]",
+    )] = None,
+    storage: StorageOpt = None,
+    port: Annotated[int, typer.Option(
+        min=0, max=65535, help="port on 127.0.0.1 (0: any free port)")] = 8080,
+) -> None:
+    """Serve optuna-dashboard for a study's storage on 127.0.0.1 until Ctrl-C."""
+    import socketserver
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    class Server(socketserver.ThreadingMixIn, WSGIServer):
+        daemon_threads = True  # Ctrl-C does not wait for open browser connections
+
+    class QuietHandler(WSGIRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - base signature
+            pass
+
+    try:
+        try:
+            import optuna_dashboard
+        except ImportError:
+            raise StudyError("dashboard", "optuna-dashboard is not installed "
+                             "(pip install optuna-dashboard)") from None
+        page = "/dashboard"
+        if target is not None and not target.endswith(".toml") and (
+                "://" in target or Path(target).is_file()):
+            if storage:
+                raise StudyError("storage", f"give the storage once: {target!r} or --storage "
+                                 f"{storage!r}")
+            url = _reading(target)
+            _open(url)
+        elif target is not None:
+            s, url = _load_reading(target, storage)
+            page = f"/dashboard/studies/{s._study_id}"  # noqa: SLF001 - the dashboard's own id
+        elif storage:
+            url = _reading(storage)
+        elif not Path(DEFAULT_STORAGE).is_file():
+            raise StudyError("storage", f"no {DEFAULT_STORAGE} here: name a study, a study file "
+                             "or a storage")
+        else:
+            url = DEFAULT_STORAGE
+        app_ = optuna_dashboard.wsgi(_open(url))
+        try:
+            server = make_server("127.0.0.1", port, app_, server_class=Server,
+                                 handler_class=QuietHandler)
+        except OSError as exc:
+            raise StudyError("port", f"cannot listen on 127.0.0.1:{port}: {exc.strerror} "
+                             "(pass another --port, or 0 for any free one)") from None
+    except StudyError as exc:
+        raise _fail(exc) from None
+    address = f"http://127.0.0.1:{server.server_port}"
+    out.print(f"optuna-dashboard for {escape(redact(url))} at {address}{page}", highlight=False,
+              soft_wrap=True)
+    out.print("Ctrl-C stops it", highlight=False)
+    sys.stdout.flush()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+@app.command()
+def export(
+    study: Annotated[str, typer.Argument(help="study name or study file")],
+    storage: StorageOpt = None,
+    fmt: Annotated[str | None, typer.Option(
+        "--format", "-f", help="csv or parquet [default: from -o's suffix, else csv]")] = None,
+    output: Annotated[str | None, typer.Option(
+        "-o", "--output", help="file, or - for standard output (csv) [default: STUDY.FORMAT]",
+    )] = None,
+) -> None:
+    """Write a study's trials as a table, one row per trial (CSV or Parquet)."""
+    from search._export import export_format, export_study
+
+    try:
+        kind = export_format(fmt, output)
+        s, _ = _load_reading(study, storage)
+        path = output or f"{s.study_name}.{kind}"
+        if path != "-":
+            _writable(Path(path))
+        rows = export_study(s, path, kind)
+    except StudyError as exc:
+        raise _fail(exc) from None
+    if path != "-":
+        out.print(f"wrote {rows} trials to {escape(path)} ({kind})", highlight=False)
 
 
 def main() -> None:

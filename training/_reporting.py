@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import Any, Protocol
 
 import optuna
@@ -24,12 +25,17 @@ class NullReporter:
 
 
 def build_pruner(spec: dict[str, Any] | None) -> optuna.pruners.BasePruner:
-    """``{"factory": "pkg.module:Class", "kwargs": {...}}`` -> pruner instance."""
+    """``{"factory": "pkg.module:Class", "kwargs": {...}}`` -> pruner instance; a kwarg that is
+    itself such a spec (a wrapped pruner) is built first."""
     if not spec:
         return optuna.pruners.NopPruner()
     module, _, name = spec["factory"].partition(":")
     factory = getattr(importlib.import_module(module), name)
-    pruner = factory(**spec.get("kwargs", {}))
+    kwargs = {k: build_pruner(v) if isinstance(v, dict) and "factory" in v else v
+              for k, v in spec.get("kwargs", {}).items()}
+    with warnings.catch_warnings():  # PatientPruner is "experimental" in Optuna
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        pruner = factory(**kwargs)
     if not isinstance(pruner, optuna.pruners.BasePruner):
         raise TypeError(f"{spec['factory']} did not build an optuna pruner")
     return pruner

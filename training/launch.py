@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from training._config import METRICS, SEARCHABLE, TrainConfig
+from training._reporting import build_pruner
 from training._spec import TrialSpec
 from training._storage import DEFAULT_STORAGE, journal_path, open_storage, redact
 
@@ -32,6 +33,7 @@ __all__ = [
     "LauncherNotFound",
     "TrainConfig",
     "TrialSpec",
+    "build_pruner",
     "journal_path",
     "launcher_argv",
     "open_storage",
@@ -160,6 +162,7 @@ def run_trial(
     if result.get("state") == "failed" and "traceback" in result:
         result["exit_reason"] = f"{result['exit_reason']}\n{_tail(result.pop('traceback'))}"
     result["wall_time_s"] = wall
+    result["rank_seconds"] = wall * config.ranks  # what the trial cost, for budget accounting
     result["command"] = shlex.join(argv[:-1] + ["SPEC.json"])
     if spec.ask_time is not None and result.get("first_step_time"):
         result["launch_overhead_s"] = result["first_step_time"] - spec.ask_time

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from search import StudyError, parse_study
@@ -22,6 +24,52 @@ def test_algorithm_and_ranks_are_searchable() -> None:
     }})
     assert sf.max_ranks == 3
     assert sf.training.with_params({"algorithm": "asgd", "send_every": 4}).send_every == 4
+
+
+@pytest.mark.parametrize(
+    ("table", "pruner_class"),
+    [
+        ({"name": "none"}, "NopPruner"),
+        ({"name": "median", "warmup_epochs": 3}, "MedianPruner"),
+        ({"name": "percentile", "percentile": 40.0}, "PercentilePruner"),
+        ({"name": "asha", "min_epochs": 2, "reduction_factor": 2}, "SuccessiveHalvingPruner"),
+        ({"name": "hyperband"}, "HyperbandPruner"),
+        ({"name": "threshold", "lower": 0.2}, "ThresholdPruner"),
+        ({"name": "patient", "wrapped": "median", "patience": 2, "warmup_epochs": 4},
+         "PatientPruner"),
+    ],
+)
+def test_every_pruner_builds_from_its_table_and_survives_json(table: dict, pruner_class: str) -> None:
+    from search._registry import pruner_spec
+    from training.launch import build_pruner
+
+    sf = parse_study({"name": "x", "pruner": table, "training": {"epochs": 9}})
+    spec = pruner_spec(sf.pruner.name, sf.pruner.spec_options(sf.training.epochs))
+    pruner = build_pruner(json.loads(json.dumps(spec.to_json())))  # what rank 0 receives
+    assert type(pruner).__name__ == pruner_class
+    if pruner_class == "HyperbandPruner":
+        assert spec.kwargs["max_resource"] == 9  # defaults to the training epochs
+    if pruner_class == "PatientPruner":
+        assert type(pruner._wrapped_pruner).__name__ == "MedianPruner"
+        assert pruner._wrapped_pruner._n_warmup_steps == 4
+
+
+@pytest.mark.parametrize(
+    ("table", "where", "message"),
+    [
+        ({"name": "median", "percentile": 30.0}, "pruner.percentile", "not an option of the 'median' pruner"),
+        ({"name": "asha", "patience": 3}, "pruner.patience", "not an option of the 'asha' pruner"),
+        ({"name": "threshold"}, "pruner", "needs lower and/or upper"),
+        ({"name": "patient", "wrapped": "patient"}, "pruner.wrapped", "cannot wrap another"),
+        ({"name": "patient", "wrapped": "median", "reduction_factor": 2}, "pruner.reduction_factor", "not an option"),
+        ({"name": "asha", "reduction_factor": 1}, "pruner.reduction_factor", "greater than or equal to 2"),
+    ],
+)
+def test_pruner_options_belong_to_their_pruner(table: dict, where: str, message: str) -> None:
+    with pytest.raises(StudyError) as info:
+        parse_study({"name": "x", "pruner": table})
+    assert info.value.where == where, info.value
+    assert message in info.value.message
 
 
 def test_genome_table_becomes_the_genome_dimension() -> None:
@@ -69,7 +117,7 @@ def test_space_overrides_training_per_trial_and_max_ranks_covers_the_space() -> 
     ("data", "where", "message"),
     [
         ({"name": "x", "strategy": "evo"}, "strategy.name", "unknown strategy 'evo' (known: ['random', 'tpe'])"),
-        ({"name": "x", "pruner": {"name": "asha"}}, "pruner.name", "unknown pruner 'asha'"),
+        ({"name": "x", "pruner": {"name": "asa"}}, "pruner.name", "unknown pruner 'asa'"),
         ({"name": "x", "budget": {"trials": 3, "retries": 2}}, "budget.retries", "unknown key"),
         ({"name": "x", "direction": ["maximize", "minimize"]}, "direction", "2 direction(s) for 1 metric(s)"),
         ({"name": "x", "direction": "up"}, "direction", "expected 'minimize' or 'maximize'"),

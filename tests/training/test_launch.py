@@ -31,6 +31,7 @@ def test_complete_trial_reports_metrics_and_timings() -> None:
     assert 0.5 < result["values"]["val_accuracy"] <= 1.0
     assert result["samples_per_s"] > 0
     assert 0 < result["launch_overhead_s"] < result["wall_time_s"]
+    assert result["rank_seconds"] == pytest.approx(2 * result["wall_time_s"])
     assert "training.worker" in result["command"]
 
 
