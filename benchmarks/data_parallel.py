@@ -87,11 +87,8 @@ overhead).
 from __future__ import annotations
 
 import argparse
-import datetime
-import importlib.metadata
 import json
 import os
-import platform
 import resource
 import socket
 import statistics
@@ -101,6 +98,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from _common import machine, now_iso  # benchmarks/_common.py (the script directory)
 
 GLOBAL_BATCH = {"mlp": 256, "cnn": 128}
 RANKS = (2, 4)
@@ -322,8 +321,8 @@ def worker_allreduce(spec: dict[str, Any]) -> dict[str, Any]:
             # Zeroed before each call like ours (zero_grad): the same memory state (a buffer
             # just written by this core is ~10-30% faster to reduce than one last written by
             # the previous reduction).
-            "raw": (lambda: raw.fill(0.0),
-                    lambda: comm.Allreduce(MPI.IN_PLACE, raw, op=MPI.SUM)),  # waits for all
+            "raw": (lambda raw=raw: raw.fill(0.0),
+                    lambda raw=raw: comm.Allreduce(MPI.IN_PLACE, raw, op=MPI.SUM)),  # all ranks
         }
         times: dict[str, list[float]] = {k: [] for k in runs}
         order = list(runs)
@@ -339,6 +338,8 @@ def worker_allreduce(spec: dict[str, Any]) -> dict[str, Any]:
                     times[key].append(dt)
         out[name] = {"floats": total, "bytes": total * 4, "buckets": len(ours.bucket_sizes),
                      "bucket_floats": ours.bucket_sizes, "times_s": times}
+        ours.close()
+        one.close()
     return out
 
 
@@ -597,13 +598,6 @@ def format_table(tp: dict[str, Any], ar: dict[str, Any], asgd: dict[str, Any],
     return "\n".join(lines)
 
 
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small run (about a minute)")
@@ -657,19 +651,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         payload = {
             "benchmark": "data_parallel",
-            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "machine": {
-                "cores": os.cpu_count(),
-                "python": platform.python_version(),
-                "torch": _version("torch"),
-                "mpi4py": _version("mpi4py"),
-                "mpich": _version("mpich"),
-                "mpi_library": mpi_library.splitlines()[0] if mpi_library else "",
-                "mpi_library_full": mpi_library,
-                "platform": platform.platform(),
-                "loadavg_before": load_before,
-                "loadavg_after": load_after,
-            },
+            "date": now_iso(),
+            "machine": machine(
+                "torch", "mpi4py", "mpich",
+                mpi_library=mpi_library.splitlines()[0] if mpi_library else "",
+                mpi_library_full=mpi_library,
+                loadavg_before=load_before,
+                loadavg_after=load_after,
+            ),
             "quick": args.quick,
             "threads_per_rank": 1,
             "ddp_ratio": {m: {r: row["ratio"] for r, row in by.items()} for m, by in tp.items()},

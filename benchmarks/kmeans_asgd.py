@@ -19,15 +19,15 @@ Command::
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from _common import machine, now_iso  # benchmarks/_common.py (the script directory)
 
 METHODS = ("asgd", "simuparallel", "batch")
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -109,7 +109,8 @@ def _figure(results: dict[str, Any], path: Path) -> None:
                                          line={"color": colors[method]},
                                          showlegend=row == 1 and col == 1), row=row, col=col)
             fig.update_yaxes(type="log", row=row)
-    fig.update_layout(title="K-means by SGD: ASGD vs SimuParallelSGD vs BATCH", height=400 * len(ks))
+    fig.update_layout(title="K-means by SGD: ASGD vs SimuParallelSGD vs BATCH",
+                      height=400 * len(ks))
     fig.write_html(path, include_plotlyjs=True)
 
 
@@ -163,18 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     _figure(results, html)
     print(f"figure: {html}")
     if args.json:
-        import mpi4py
-        import torch
-
         from mpi4py import MPI
 
         doc = {
             "benchmark": "kmeans_asgd",
-            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
-                        "torch": torch.__version__, "mpi4py": mpi4py.__version__,
-                        "mpi": MPI.Get_library_version().splitlines()[0],
-                        "platform": platform.platform()},
+            "date": now_iso(),
+            "machine": machine("torch", "mpi4py", "mpich",
+                               mpi=MPI.Get_library_version().splitlines()[0]),
             "quick": args.quick,
             "settings": {"ranks": args.ranks, "seconds_per_method": args.seconds,
                          "points": args.points, "dims": 10, "batch": args.batch, "lr": args.lr},

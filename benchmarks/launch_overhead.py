@@ -48,11 +48,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
-import importlib.metadata
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -63,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from _common import machine, now_iso  # benchmarks/_common.py (the script directory)
 
 from training.launch import DEFAULT_LAUNCHER, launcher_argv, open_storage, run_trial
 
@@ -219,13 +217,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
 def run(repeats: int) -> tuple[dict[str, list[float]], dict[str, dict[str, list[float]]], int]:
     samples: dict[str, list[float]] = {key: [] for key, _ in ROWS}
     parts: dict[str, dict[str, list[float]]] = {
@@ -303,16 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         b = stats["import_torch"]["median"]
         payload = {
             "benchmark": "launch_overhead",
-            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "machine": {
-                "cores": os.cpu_count(),
-                "python": platform.python_version(),
-                "torch": _version("torch"),
-                "mpi4py": _version("mpi4py"),
-                "mpich": _version("mpich"),
-                "optuna": optuna.__version__,
-                "platform": platform.platform(),
-            },
+            "date": now_iso(),
+            "machine": machine("torch", "mpi4py", "mpich", "optuna"),
             "quick": args.quick,
             "repeats": repeats,
             "ranks": RANKS,

@@ -36,11 +36,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import json
 import multiprocessing
 import os
-import platform
 import sys
 import tempfile
 import threading
@@ -50,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from _common import machine, now_iso  # benchmarks/_common.py (the script directory)
 from optuna.storages import BaseStorage, InMemoryStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
@@ -322,13 +321,8 @@ def main(argv: list[str] | None = None) -> int:
             }
         payload = {
             "benchmark": "storage_overhead",
-            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "machine": {
-                "cores": os.cpu_count(),
-                "python": platform.python_version(),
-                "optuna": optuna.__version__,
-                "platform": platform.platform(),
-            },
+            "date": now_iso(),
+            "machine": machine("optuna"),
             "quick": args.quick,
             "single_process": {
                 name: {

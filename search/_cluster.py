@@ -20,8 +20,13 @@ from training.launch import LauncherNotFound, launcher_argv
 MPI = "MPI"  # the Dask worker resource that counts MPI slots
 
 
-def local_cluster_shape(*, concurrency: int, max_ranks: int, workers: int | None = None,
-                        slots_per_worker: int | None = None) -> tuple[int, int]:
+def local_cluster_shape(
+    *,
+    concurrency: int,
+    max_ranks: int,
+    workers: int | None = None,
+    slots_per_worker: int | None = None,
+) -> tuple[int, int]:
     """(workers, MPI slots per worker) for a LocalCluster on this machine.
 
     One worker per concurrent trial; the machine's cores are shared out, and every worker gets at
@@ -51,7 +56,9 @@ def open_client(
         except LauncherNotFound as exc:
             raise StudyError("launcher.command", str(exc)) from None
         n, slots = local_cluster_shape(
-            concurrency=concurrency, max_ranks=max_ranks, workers=workers,
+            concurrency=concurrency,
+            max_ranks=max_ranks,
+            workers=workers,
             slots_per_worker=slots_per_worker,
         )
         if slots < max_ranks:
@@ -59,15 +66,18 @@ def open_client(
                 "cluster.slots_per_worker",
                 f"{slots} MPI slots cannot hold a trial with {max_ranks} ranks",
             )
-        with LocalCluster(
-            n_workers=n,
-            threads_per_worker=1,
-            processes=True,
-            resources={MPI: slots},
-            host="127.0.0.1",
-            dashboard_address=None,
-            silence_logs=logging.ERROR,
-        ) as cluster, Client(cluster) as client:
+        with (
+            LocalCluster(
+                n_workers=n,
+                threads_per_worker=1,
+                processes=True,
+                resources={MPI: slots},
+                host="127.0.0.1",
+                dashboard_address=None,
+                silence_logs=logging.ERROR,
+            ) as cluster,
+            Client(cluster) as client,
+        ):
             yield client
         return
     try:

@@ -16,11 +16,11 @@ import optuna
 from distributed import Client, Future, wait
 from optuna.trial import TrialState
 
+from search._backend import run_trial_on_worker
 from search._cluster import MPI
 from search._registry import pruner_spec
 from search._study import DRIVER_ATTR, driver_id
 from search._study_file import StudyFile
-from search._backend import run_trial_on_worker
 from training.launch import TrialSpec
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -96,7 +96,9 @@ class Driver:
         self.storage_url = storage_url
         self.on_event = on_event or (lambda *a: None)
         self.space = sf.search_space
-        self.pruner = pruner_spec(sf.pruner.name, sf.pruner.spec_options(sf.training.epochs)).to_json()
+        self.pruner = pruner_spec(
+            sf.pruner.name, sf.pruner.spec_options(sf.training.epochs)
+        ).to_json()
         self.owner = driver_id()
 
     def _finished_count(self) -> int:

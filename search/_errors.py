@@ -1,4 +1,5 @@
-"""One exception for every user-facing mistake: it names the field or thing and what was expected."""
+"""One exception for every user-facing mistake: it names the field or thing and what was
+expected."""
 
 
 class StudyError(ValueError):

@@ -19,8 +19,12 @@ class PrunerSpec:
     kwargs: dict[str, Any]
 
     def to_json(self) -> dict[str, Any]:
-        return {"factory": self.factory, "kwargs": {
-            k: v.to_json() if isinstance(v, PrunerSpec) else v for k, v in self.kwargs.items()}}
+        return {
+            "factory": self.factory,
+            "kwargs": {
+                k: v.to_json() if isinstance(v, PrunerSpec) else v for k, v in self.kwargs.items()
+            },
+        }
 
     def build(self) -> optuna.pruners.BasePruner:
         return build_pruner(self.to_json())
@@ -49,38 +53,62 @@ def _none(o: dict[str, Any]) -> PrunerSpec:
 
 
 def _median(o: dict[str, Any]) -> PrunerSpec:
-    return PrunerSpec("optuna.pruners:MedianPruner", {
-        "n_startup_trials": o["startup_trials"], "n_warmup_steps": o["warmup_epochs"]})
+    return PrunerSpec(
+        "optuna.pruners:MedianPruner",
+        {"n_startup_trials": o["startup_trials"], "n_warmup_steps": o["warmup_epochs"]},
+    )
 
 
 def _percentile(o: dict[str, Any]) -> PrunerSpec:
-    return PrunerSpec("optuna.pruners:PercentilePruner", {
-        "percentile": o["percentile"], "n_startup_trials": o["startup_trials"],
-        "n_warmup_steps": o["warmup_epochs"]})
+    return PrunerSpec(
+        "optuna.pruners:PercentilePruner",
+        {
+            "percentile": o["percentile"],
+            "n_startup_trials": o["startup_trials"],
+            "n_warmup_steps": o["warmup_epochs"],
+        },
+    )
 
 
 def _asha(o: dict[str, Any]) -> PrunerSpec:
-    return PrunerSpec("optuna.pruners:SuccessiveHalvingPruner", {
-        "min_resource": o["min_epochs"], "reduction_factor": o["reduction_factor"],
-        "min_early_stopping_rate": o["min_early_stopping_rate"]})
+    return PrunerSpec(
+        "optuna.pruners:SuccessiveHalvingPruner",
+        {
+            "min_resource": o["min_epochs"],
+            "reduction_factor": o["reduction_factor"],
+            "min_early_stopping_rate": o["min_early_stopping_rate"],
+        },
+    )
 
 
 def _hyperband(o: dict[str, Any]) -> PrunerSpec:
-    return PrunerSpec("optuna.pruners:HyperbandPruner", {
-        "min_resource": o["min_epochs"], "max_resource": o["max_epochs"],
-        "reduction_factor": o["reduction_factor"]})
+    return PrunerSpec(
+        "optuna.pruners:HyperbandPruner",
+        {
+            "min_resource": o["min_epochs"],
+            "max_resource": o["max_epochs"],
+            "reduction_factor": o["reduction_factor"],
+        },
+    )
 
 
 def _threshold(o: dict[str, Any]) -> PrunerSpec:
-    return PrunerSpec("optuna.pruners:ThresholdPruner", {
-        "lower": o["lower"], "upper": o["upper"], "n_warmup_steps": o["warmup_epochs"]})
+    return PrunerSpec(
+        "optuna.pruners:ThresholdPruner",
+        {"lower": o["lower"], "upper": o["upper"], "n_warmup_steps": o["warmup_epochs"]},
+    )
 
 
 def _patient(o: dict[str, Any]) -> PrunerSpec:
     inner = PRUNERS[o["wrapped"]](o)
-    return PrunerSpec("optuna.pruners:PatientPruner", {
-        "wrapped_pruner": None if o["wrapped"] == "none" else inner,
-        "patience": o["patience"], "min_delta": o["min_delta"]})
+    return PrunerSpec(
+        "optuna.pruners:PatientPruner",
+        {
+            "wrapped_pruner": None if o["wrapped"] == "none" else inner,
+            "patience": o["patience"],
+            "min_delta": o["min_delta"],
+        },
+    )
 
 
 PRUNERS = {
@@ -104,7 +132,9 @@ PRUNER_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 
 
-def build_sampler(name: str, options: dict[str, Any], seed: int | None) -> optuna.samplers.BaseSampler:
+def build_sampler(
+    name: str, options: dict[str, Any], seed: int | None
+) -> optuna.samplers.BaseSampler:
     return STRATEGIES[name](options, seed)
 
 

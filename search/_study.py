@@ -32,14 +32,16 @@ def open_study(sf: StudyFile, storage: BaseStorage) -> optuna.Study:
         if list(existing.directions) != directions:
             have = [d.name.lower() for d in existing.directions]
             raise StudyError(
-                "direction", f"study {sf.name!r} already exists with directions {have}, "
-                f"not {sf.directions}; use another name"
+                "direction",
+                f"study {sf.name!r} already exists with directions {have}, "
+                f"not {sf.directions}; use another name",
             )
         names = existing.metric_names
         if names is not None and names != sf.objectives:
             raise StudyError(
-                "metric", f"study {sf.name!r} already exists with metrics {names}, "
-                f"not {sf.objectives}; use another name"
+                "metric",
+                f"study {sf.name!r} already exists with metrics {names}, "
+                f"not {sf.objectives}; use another name",
             )
     # A seeded sampler that resumes must not replay the sequence it already produced.
     seed = sf.strategy.seed

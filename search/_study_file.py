@@ -36,7 +36,9 @@ class _Strict(BaseModel):
 
 
 class Budget(_Strict):
-    trials: int = Field(20, ge=1, description="finished (complete + pruned) trials the study should hold")
+    trials: int = Field(
+        20, ge=1, description="finished (complete + pruned) trials the study should hold"
+    )
     concurrency: int = Field(1, ge=1, description="trials running at once")
     timeout: float | None = Field(None, gt=0, description="seconds before no new trial starts")
     trial_timeout: float | None = Field(None, gt=0, description="seconds before a trial is killed")
@@ -74,7 +76,8 @@ class Pruner(_Strict):
     patience: int = Field(3, ge=0, description="patient: epochs without improvement tolerated")
     min_delta: float = Field(0.0, ge=0, description="patient: smallest improvement that counts")
     wrapped: Annotated[str, _one_of(PRUNERS, "pruner")] = Field(
-        "none", description="patient: the pruner it wraps")
+        "none", description="patient: the pruner it wraps"
+    )
 
     @model_validator(mode="after")
     def _own_options(self) -> Pruner:
@@ -84,8 +87,10 @@ class Pruner(_Strict):
                 raise StudyError("pruner.wrapped", "a patient pruner cannot wrap another one")
             allowed |= set(PRUNER_OPTIONS[self.wrapped])
         for key in sorted(self.model_fields_set - {"name"} - allowed):
-            raise StudyError(f"pruner.{key}", f"not an option of the {self.name!r} pruner "
-                             f"(its options: {sorted(allowed)})")
+            raise StudyError(
+                f"pruner.{key}",
+                f"not an option of the {self.name!r} pruner (its options: {sorted(allowed)})",
+            )
         if self.name == "threshold" and self.lower is None and self.upper is None:
             raise StudyError("pruner", "the threshold pruner needs lower and/or upper")
         return self
@@ -172,8 +177,9 @@ class StudyFile(_Strict):
             space = dict(space)
             genome = space.pop("genome")
             if not isinstance(genome, dict):
-                raise StudyError("space.genome", "must be a table with family = 'cell', "
-                                 "'macro' or 'stack'")
+                raise StudyError(
+                    "space.genome", "must be a table with family = 'cell', 'macro' or 'stack'"
+                )
             data = {**data, "space": space, "space_genome": genome}
         return data
 
@@ -217,7 +223,7 @@ class StudyFile(_Strict):
         if len(self.objectives) > 1 and self.pruner.name != "none":
             raise StudyError(
                 "pruner",
-                "Optuna cannot prune multi-objective studies; set pruner = \"none\"",
+                'Optuna cannot prune multi-objective studies; set pruner = "none"',
             )
         for name, dim in self.space.items():
             self._check_dimension(name, dim)
@@ -241,14 +247,16 @@ class StudyFile(_Strict):
     def _check_dimension(self, name: str, raw: _Float | _Int | _Categorical) -> None:
         where = f"space.{name}"
         if name not in SEARCHABLE:
-            raise StudyError(where, f"not a searchable training parameter (known: {list(SEARCHABLE)})")
+            raise StudyError(
+                where, f"not a searchable training parameter (known: {list(SEARCHABLE)})"
+            )
         try:
             dim = _to_dimension(raw)
         except ValueError as exc:
             raise StudyError(where, str(exc)) from None
         field = TrainConfig.model_fields[name]
         if field.annotation is int and isinstance(raw, _Float):
-            raise StudyError(where, f"{name} is an integer parameter; use type = \"int\"")
+            raise StudyError(where, f'{name} is an integer parameter; use type = "int"')
         for value in dim.values_to_check():
             try:
                 self.training.with_params({name: value})
@@ -285,7 +293,11 @@ class StudyFile(_Strict):
 
 def _format(exc: ValidationError) -> StudyError:
     err = exc.errors()[0]
-    loc = [str(p) for p in err["loc"] if not (isinstance(p, str) and p in ("float", "int", "categorical"))]
+    loc = [
+        str(p)
+        for p in err["loc"]
+        if not (isinstance(p, str) and p in ("float", "int", "categorical"))
+    ]
     where = ".".join(loc)
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":

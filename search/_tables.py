@@ -1,4 +1,5 @@
-"""What ``search status`` / ``search best`` and the end of ``search run`` print, read from storage."""
+"""What `search status` and `search best` print (and the end of `search run`), read from
+storage."""
 
 from __future__ import annotations
 

@@ -9,4 +9,12 @@ from training._config import METRICS, SEARCHABLE, TrainConfig
 from training._data import DATASETS, Dataset, load_dataset
 from training._spec import TrialSpec
 
-__all__ = ["DATASETS", "METRICS", "SEARCHABLE", "Dataset", "TrainConfig", "TrialSpec", "load_dataset"]
+__all__ = [
+    "DATASETS",
+    "METRICS",
+    "SEARCHABLE",
+    "Dataset",
+    "TrainConfig",
+    "TrialSpec",
+    "load_dataset",
+]

@@ -15,7 +15,9 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
 }
 
 
-def make_algorithm(name: str, model: torch.nn.Module, comm: MPI.Comm, **options: object) -> Algorithm:
+def make_algorithm(
+    name: str, model: torch.nn.Module, comm: MPI.Comm, **options: object
+) -> Algorithm:
     try:
         cls = ALGORITHMS[name]
     except KeyError:

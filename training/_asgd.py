@@ -80,8 +80,9 @@ def parzen_gate(w_old: np.ndarray, w_new: np.ndarray, w_ext: np.ndarray) -> bool
     return float(np.dot(w_new - w_old, w_new + w_old - 2 * w_ext)) < 0.0
 
 
-def asgd_update(w_old: np.ndarray, w_new: np.ndarray, accepted: list[np.ndarray],
-                eps: float) -> np.ndarray:
+def asgd_update(
+    w_old: np.ndarray, w_new: np.ndarray, accepted: list[np.ndarray], eps: float
+) -> np.ndarray:
     """``w_new = w_old - eps*g`` (the local step) pulled towards the mean of ``w_old`` and the
     accepted states; with one state this is ``w_i - eps*((w_i - (w_i + w_j)/2) + g)``."""
     if not accepted:
@@ -93,8 +94,16 @@ def asgd_update(w_old: np.ndarray, w_new: np.ndarray, accepted: list[np.ndarray]
 class ASGD(Algorithm):
     name = "asgd"
 
-    def __init__(self, model: torch.nn.Module, comm: MPI.Comm, *, lr: float,
-                 send_every: int = 1, seed: int = 0, **_: object) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        comm: MPI.Comm,
+        *,
+        lr: float,
+        send_every: int = 1,
+        seed: int = 0,
+        **_: object,
+    ) -> None:
         super().__init__(model, comm)
         self.eps = lr
         self.send_every = send_every
@@ -105,8 +114,9 @@ class ASGD(Algorithm):
         self.win = MPI.Win.Allocate(comm.size * self.slot, disp_unit=1, comm=comm)
         raw = np.frombuffer(memoryview(self.win), dtype=np.uint8)
         raw[:] = 0
-        self.slots = [Slot(raw[j * self.slot : (j + 1) * self.slot], self.n)
-                      for j in range(comm.size)]
+        self.slots = [
+            Slot(raw[j * self.slot : (j + 1) * self.slot], self.n) for j in range(comm.size)
+        ]
         comm.Barrier()  # waits for all ranks: every window is zeroed before anyone writes
         self.win.Lock_all(MPI.MODE_NOCHECK)  # one epoch of passive-target access for the run
         self.seq = 0
@@ -142,8 +152,7 @@ class ASGD(Algorithm):
         peer = int(self.peers[self.rng.integers(len(self.peers))])
         self.seq += 1
         self._send.write(self.seq, state)
-        self.win.Put(self._send_raw, peer, target=(self.comm.rank * self.slot, self.slot,
-                                                   MPI.BYTE))
+        self.win.Put(self._send_raw, peer, target=(self.comm.rank * self.slot, self.slot, MPI.BYTE))
         self._pending = peer
         self.stats["sent"] += 1
 

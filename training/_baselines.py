@@ -26,8 +26,9 @@ class LocalSGD(Algorithm):
 
     name = "localsgd"
 
-    def __init__(self, model: torch.nn.Module, comm: MPI.Comm, *, local_steps: int = 8,
-                 **_: object) -> None:
+    def __init__(
+        self, model: torch.nn.Module, comm: MPI.Comm, *, local_steps: int = 8, **_: object
+    ) -> None:
         super().__init__(model, comm)
         self.period = local_steps
         self.steps = 0
@@ -69,10 +70,12 @@ class BatchGD(Algorithm):
         if not last_in_epoch:
             return False
         params = [p for p in self.model.parameters() if p.requires_grad]
-        flat = np.concatenate([
-            (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).cpu().numpy()
-            for p in params
-        ]).astype(np.float32)
+        flat = np.concatenate(
+            [
+                (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).cpu().numpy()
+                for p in params
+            ]
+        ).astype(np.float32)
         if self.comm.size > 1:
             self.comm.Allreduce(MPI.IN_PLACE, flat, op=MPI.SUM)  # waits for all ranks
         offset = 0

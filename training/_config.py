@@ -56,7 +56,8 @@ class TrainConfig(BaseModel):
     local_steps: int = Field(8, ge=1, description="localsgd: steps between two averages")
     bucket_kb: int = Field(256, ge=1, description="sync: gradient bucket size")
     mpi_async_progress: bool = Field(
-        False, description="MPICH progress thread (MPIR_CVAR_ASYNC_PROGRESS=1), for ASGD across nodes"
+        False,
+        description="MPICH progress thread (MPIR_CVAR_ASYNC_PROGRESS=1), for ASGD across nodes",
     )
     seed: int = 0
     val_fraction: float = Field(0.2, gt=0, le=0.5)
@@ -83,6 +84,7 @@ class TrainConfig(BaseModel):
         """A copy with the searched values of ``params`` applied (validated again)."""
         known = {k: v for k, v in params.items() if k in SEARCHABLE}
         return TrainConfig.model_validate({**self.model_dump(), **known})
+
 
 # Metrics a trial can return as objectives, with their natural direction. The first objective is
 # the one reported every epoch (and pruned on); n_params is known before training starts.

@@ -8,7 +8,6 @@ consensus loss over time can be computed afterwards without disturbing asynchron
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -109,8 +108,9 @@ def train_kmeans(
         idx = rng.integers(0, len(shard), size=local_batch) if not full_batch else slice(None)
         xb = shard[idx]
         algo.zero_grad()
-        divisor = algo.loss_divisor(local_batch=len(xb), global_batch=len(xb) * comm.size,
-                                    epoch_size=len(x))
+        divisor = algo.loss_divisor(
+            local_batch=len(xb), global_batch=len(xb) * comm.size, epoch_size=len(x)
+        )
         (model(xb).sum() / divisor).backward()
         if algo.before_step(last_in_epoch=True):
             opt.step()

@@ -31,8 +31,10 @@ def build_pruner(spec: dict[str, Any] | None) -> optuna.pruners.BasePruner:
         return optuna.pruners.NopPruner()
     module, _, name = spec["factory"].partition(":")
     factory = getattr(importlib.import_module(module), name)
-    kwargs = {k: build_pruner(v) if isinstance(v, dict) and "factory" in v else v
-              for k, v in spec.get("kwargs", {}).items()}
+    kwargs = {
+        k: build_pruner(v) if isinstance(v, dict) and "factory" in v else v
+        for k, v in spec.get("kwargs", {}).items()
+    }
     with warnings.catch_warnings():  # PatientPruner is "experimental" in Optuna
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         pruner = factory(**kwargs)

@@ -19,8 +19,9 @@ from training._algorithm import Algorithm
 
 
 class _Bucket:
-    def __init__(self, params: list[torch.nn.Parameter], device: torch.device,
-                 host: np.ndarray) -> None:
+    def __init__(
+        self, params: list[torch.nn.Parameter], device: torch.device, host: np.ndarray
+    ) -> None:
         self.params = params
         self.numel = sum(p.numel() for p in params)
         # Host memory from numpy: large numpy arrays get transparent huge pages here, which
@@ -176,11 +177,13 @@ class SyncSGD(Algorithm):
 
     name = "sync"
 
-    def __init__(self, model: torch.nn.Module, comm: MPI.Comm, *, bucket_bytes: int = 1 << 18,
-                 **_: object) -> None:
+    def __init__(
+        self, model: torch.nn.Module, comm: MPI.Comm, *, bucket_bytes: int = 1 << 18, **_: object
+    ) -> None:
         super().__init__(model, comm)
-        self.allreduce = GradientAllreduce(list(model.parameters()), comm,
-                                           bucket_bytes=bucket_bytes)
+        self.allreduce = GradientAllreduce(
+            list(model.parameters()), comm, bucket_bytes=bucket_bytes
+        )
 
     def loss_divisor(self, *, local_batch: int, global_batch: int, epoch_size: int) -> int:
         return global_batch  # summed over ranks = mean over the global batch
@@ -200,5 +203,7 @@ class SyncSGD(Algorithm):
         self.allreduce.close()
 
     def counters(self) -> dict[str, int]:
-        return {"buckets": len(self.allreduce.bucket_sizes),
-                "overlapped_buckets": self.allreduce.overlapped}
+        return {
+            "buckets": len(self.allreduce.bucket_sizes),
+            "overlapped_buckets": self.allreduce.overlapped,
+        }

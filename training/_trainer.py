@@ -12,12 +12,12 @@ import torch
 from mpi4py import MPI
 from torch import nn
 
+from spaces import genome_from_dict
+from training._algorithms import make_algorithm
 from training._config import TrainConfig
 from training._data import Dataset, load_dataset
-from spaces import genome_from_dict
 from training._genome_models import build_genome_model, model_cost
 from training._models import build_mlp
-from training._algorithms import make_algorithm
 from training._reporting import NullReporter, Reporter
 
 
@@ -105,8 +105,14 @@ class Trainer:
                 stages=c.cell_stages,
                 cells_per_stage=c.cells_per_stage,
             )
-        return build_mlp(self.data.input_dim, self.data.n_classes, hidden=c.hidden,
-                         layers=c.layers, activation=c.activation, dropout=c.dropout)
+        return build_mlp(
+            self.data.input_dim,
+            self.data.n_classes,
+            hidden=c.hidden,
+            layers=c.layers,
+            activation=c.activation,
+            dropout=c.dropout,
+        )
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         c = self.config
@@ -186,7 +192,10 @@ class Trainer:
             }
             history.append(row)
             if not math.isfinite(train_loss):  # every rank sees the same summed loss
-                state, reason = "failed", f"diverged: training loss is {train_loss} at epoch {epoch}"
+                state, reason = (
+                    "failed",
+                    f"diverged: training loss is {train_loss} at epoch {epoch}",
+                )
                 break
             stop = False
             if self.comm.rank == 0:

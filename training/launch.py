@@ -137,8 +137,10 @@ def run_trial(
                     break
                 except subprocess.TimeoutExpired:
                     if deadline is not None and time.time() > deadline:
-                        stopped = (f"trial timeout: still running after {spec.timeout_s:g} s, "
-                                   "MPI job killed")
+                        stopped = (
+                            f"trial timeout: still running after {spec.timeout_s:g} s, "
+                            "MPI job killed"
+                        )
                     elif should_stop is not None and should_stop():
                         stopped = "cancelled: the trial was stopped from outside, MPI job killed"
                     if stopped:

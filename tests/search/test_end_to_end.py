@@ -6,9 +6,9 @@ Checked afterwards with plain Optuna only, as a notebook or the dashboard would 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
