@@ -41,7 +41,7 @@ STATE_STYLE: dict[str, dict[str, Any]] = {  # learning curves: how each trial st
     "RUNNING": {"color": "#9467bd", "dash": "solid", "width": 1},
 }
 BEST_COLOR = "#2ca02c"
-MAX_PARALLEL_PARAMS = 12
+MAX_PARALLEL_PARAMS = 8
 
 
 class CannotDraw(Exception):
@@ -62,7 +62,11 @@ class Panel:
 
 
 def objective_names(study: optuna.Study) -> list[str]:
-    return study.metric_names or [f"value{i}" for i in range(len(study.directions))]
+    """The study's metric names; for other studies ``value`` (``value0``, ... for several)."""
+    if study.metric_names:
+        return list(study.metric_names)
+    n = len(study.directions)
+    return ["value"] if n == 1 else [f"value{i}" for i in range(n)]
 
 
 def study_config(study: optuna.Study) -> dict[str, Any]:
@@ -115,7 +119,7 @@ def trials_frame(study: optuna.Study) -> pd.DataFrame:
             ranks=ranks,
             algorithm=a.get("algorithm", t.params.get("algorithm", default_algorithm)),
             wall_time_s=wall,
-            rank_seconds=_product(wall, ranks),
+            rank_seconds=a.get("rank_seconds", _product(wall, ranks)),
             test_accuracy=a.get("test_accuracy", np.nan),
             n_params=a.get("n_params", np.nan),
             flops=a.get("flops", np.nan),
@@ -135,6 +139,13 @@ def trials_frame(study: optuna.Study) -> pd.DataFrame:
         df[col] = pd.to_datetime(df[col])
     df["duration_s"] = (df["datetime_complete"] - df["datetime_start"]).dt.total_seconds()
     return df
+
+
+def _number(value: float) -> str:
+    """``0.9896``, ``10,690`` (whole numbers such as parameter counts in full)."""
+    if float(value).is_integer() and abs(value) < 1e15:
+        return f"{int(value):,}"
+    return f"{value:.4g}"
 
 
 def _product(a: Any, b: Any) -> float:
@@ -260,16 +271,20 @@ def _searched_params(trials: Sequence[FrozenTrial]) -> list[str]:
 
 
 def parallel_figure(study: optuna.Study) -> go.Figure:
-    """Parallel coordinates of the searched parameters (the genome's only when nothing else is
-    searched) against the first objective."""
+    """Parallel coordinates of the searched parameters (plain ones first, then the genome's
+    decisions that every trial made) against the first objective."""
     complete = _complete(study)
     if not complete:
         raise CannotDraw("no complete trial yet")
     params = _searched_params(complete)
     if not params:
         raise CannotDraw("the study searches no parameters")
-    plain = [p for p in params if not p.startswith("genome.")]
-    chosen = (plain or params)[:MAX_PARALLEL_PARAMS]
+    # Optuna leaves out a trial that lacks one of the axes: conditional (genome) parameters
+    # become axes only when every complete trial has them.
+    everywhere = [p for p in params if all(p in t.params for t in complete)]
+    plain = [p for p in everywhere if not p.startswith("genome.")]
+    chosen = ([*plain, *(p for p in everywhere if p.startswith("genome."))]
+              or params)[:MAX_PARALLEL_PARAMS]
     name = objective_names(study)[0]
     fig = optuna.visualization.plot_parallel_coordinate(
         study, params=chosen, target=lambda t: t.values[0], target_name=name)
@@ -418,8 +433,8 @@ def draw_genome(genome: spaces.Genome, title: str = "Genome") -> go.Figure:
         fig.add_trace(go.Scatter(
             x=[pos[k][0] for k in ks], y=[pos[k][1] for k in ks], mode="markers+text",
             text=[graph.nodes[k][0] for k in ks], textposition="top center", name=kind,
-            marker={"size": 22, "color": "#444" if kind == "input/output" else palette[c % len(palette)],
-                    "line": {"color": "white", "width": 2}},
+            marker={"size": 22, "line": {"color": "white", "width": 2},
+                    "color": "#444" if kind == "input/output" else palette[c % len(palette)]},
             hovertext=[graph.nodes[k][0] for k in ks], hoverinfo="text",
         ))
     xs = [p[0] for p in pos.values()]
@@ -437,8 +452,8 @@ def genome_figure(study: optuna.Study) -> go.Figure:
         genome = spaces.genome_from_json(str(best.user_attrs["genome"]))
     except (ValueError, json.JSONDecodeError) as exc:
         raise CannotDraw(f"trial {best.number}'s genome cannot be read: {exc}") from None
-    shown = ", ".join(f"{n} {v:.4g}" for n, v in zip(objective_names(study), best.values,
-                                                     strict=True))
+    shown = ", ".join(f"{n} {_number(v)}" for n, v in zip(objective_names(study), best.values,
+                                                          strict=True))
     return draw_genome(genome, f"Best genome: trial {best.number} ({shown})")
 
 
@@ -457,7 +472,8 @@ def anytime_frame(studies: Sequence[optuna.Study]) -> pd.DataFrame:
         done.sort(key=lambda t: (t.datetime_complete is None, t.datetime_complete, t.number))
         spent, best, incumbent = 0.0, math.inf, None
         for n, t in enumerate(done, start=1):
-            cost = _product(t.user_attrs.get("wall_time_s", np.nan), _ranks(t, default))
+            cost = float(t.user_attrs.get("rank_seconds", _product(
+                t.user_attrs.get("wall_time_s", np.nan), _ranks(t, default))))
             spent += 0.0 if math.isnan(cost) else cost
             if t.state == TrialState.COMPLETE and sign * float(t.values[0]) < best:
                 best, incumbent = sign * float(t.values[0]), t
@@ -472,20 +488,29 @@ def anytime_frame(studies: Sequence[optuna.Study]) -> pd.DataFrame:
                                        "best", "incumbent_test_accuracy"])
 
 
-def comparable(study: optuna.Study, others: Sequence[optuna.Study]) -> tuple[list[optuna.Study],
-                                                                            list[str]]:
-    """Studies among ``others`` with the same first objective and direction as ``study``
-    (``study`` itself first), and one line per study that does not fit."""
+def _dataset(study: optuna.Study) -> str | None:
+    dataset = study_config(study).get("training", {}).get("dataset")
+    return str(dataset) if dataset is not None else None
+
+
+def comparable(study: optuna.Study, others: Sequence[optuna.Study], *,
+               same_dataset: bool = True) -> tuple[list[optuna.Study], list[str]]:
+    """Studies among ``others`` that can share an axis with ``study``: the same first objective
+    and direction and (``same_dataset``, where both studies record one) the same dataset.
+    Returns them with ``study`` first, and one line per study left out, saying why."""
     key = (objective_names(study)[0], study.directions[0])
     same, skipped = [study], []
     for other in others:
         if other.study_name == study.study_name:
             continue
-        if (objective_names(other)[0], other.directions[0]) == key:
-            same.append(other)
+        theirs = (objective_names(other)[0], other.directions[0])
+        if theirs != key:
+            skipped.append(f"{other.study_name} ({theirs[0]}, {theirs[1].name.lower()})")
+        elif same_dataset and None not in (_dataset(study), _dataset(other)) \
+                and _dataset(other) != _dataset(study):
+            skipped.append(f"{other.study_name} (dataset {_dataset(other)})")
         else:
-            skipped.append(f"{other.study_name} ({objective_names(other)[0]}, "
-                           f"{other.directions[0].name.lower()})")
+            same.append(other)
     return same, skipped
 
 
@@ -542,10 +567,12 @@ def _panel(key: str, title: str, draw: Callable[[], go.Figure]) -> Panel:
         return Panel(key, title, None, str(exc))
 
 
-def study_panels(study: optuna.Study, compare: Sequence[optuna.Study] = ()) -> list[Panel]:
+def study_panels(study: optuna.Study, compare: Sequence[optuna.Study] = (), *,
+                 chosen: bool = False) -> list[Panel]:
     """Every figure for ``study`` (a note where one cannot be drawn): history, learning curves,
     parallel coordinates, importances, the Pareto front (several objectives), the best genome
-    (when trials have genomes) and a strategy comparison (when ``compare`` names other studies)."""
+    (when trials have genomes) and a strategy comparison with the studies in ``compare`` that
+    share its first objective (and, unless the user ``chosen`` them, its dataset)."""
     panels = [
         _panel("history", "Optimisation history", lambda: history_figure(study)),
         _panel("curves", "Learning curves", lambda: curves_figure(study)),
@@ -557,10 +584,10 @@ def study_panels(study: optuna.Study, compare: Sequence[optuna.Study] = ()) -> l
     if any("genome" in t.user_attrs for t in study.get_trials(deepcopy=False)):
         panels.append(_panel("genome", "Best genome", lambda: genome_figure(study)))
     if compare:
-        same, skipped = comparable(study, compare)
+        same, skipped = comparable(study, compare, same_dataset=not chosen)
         panel = _panel("compare", "Strategies compared", lambda: compare_figure(same))
         if skipped:
-            note = f"not compared (another first objective or direction): {', '.join(skipped)}"
+            note = f"not compared (another objective, direction or dataset): {', '.join(skipped)}"
             panel = Panel(panel.key, panel.title, panel.figure,
                           f"{panel.note}; {note}" if panel.note else note)
         panels.append(panel)

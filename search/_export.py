@@ -29,7 +29,7 @@ def _parquet(df: pd.DataFrame, path: str) -> None:
     except ImportError:
         raise StudyError("format", "parquet needs pyarrow (pip install pyarrow)") from None
     df = df.copy()
-    for col in df.columns[df.dtypes == object]:
+    for col in df.select_dtypes(include=["object", "str"]).columns:
         kinds = {type(v) for v in df[col] if v is not None and v == v}  # v == v: not NaN
         if len(kinds) > 1:  # e.g. a categorical choice of 1 and "a": one type per column
             df[col] = df[col].map(lambda v: None if v is None or v != v else str(v))

@@ -39,7 +39,8 @@ _ERROR_HOOK = """
 window.onerror = function (message, source, line, column, error) {
   var box = document.getElementById("js-errors");
   var text = message + " (" + source + ":" + line + ":" + column + ")\\n";
-  if (box) { box.textContent += text; } else { (window.detolErrors = window.detolErrors || []).push(text); }
+  if (box) { box.textContent += text; }
+  else { (window.detolErrors = window.detolErrors || []).push(text); }
 };
 window.addEventListener("unhandledrejection", function (event) {
   window.onerror("unhandled rejection: " + event.reason, "", 0, 0, null);
@@ -54,7 +55,8 @@ document.addEventListener("DOMContentLoaded", function () {
 @dataclass(frozen=True)
 class ReportSummary:
     figures: int
-    notes: list[str]
+    skipped: list[str]  # "title: why it was not drawn"
+    notes: list[str]  # "title: note" beside a figure that was drawn
 
 
 def _best_table(study: optuna.Study, n: int = 10) -> str:
@@ -125,11 +127,14 @@ def _section(panel: Panel) -> str:
 
 
 def render_report(study: optuna.Study, *, storage_label: str,
-                  compare: Sequence[optuna.Study] = ()) -> tuple[str, ReportSummary]:
-    """The report page for ``study`` (and a comparison with ``compare``), and what it holds."""
-    panels = study_panels(study, compare)
+                  compare: Sequence[optuna.Study] = (),
+                  chosen: bool = False) -> tuple[str, ReportSummary]:
+    """The report page for ``study`` (and a comparison with ``compare``, which the user
+    ``chosen`` by name or the storage's other studies), and what it holds."""
+    panels = study_panels(study, compare, chosen=chosen)
     figures = sum(p.figure is not None for p in panels)
-    notes = [f"{p.title}: {p.note}" for p in panels if p.note]
+    skipped = [f"{p.title}: {p.note}" for p in panels if p.figure is None]
+    notes = [f"{p.title}: {p.note}" for p in panels if p.figure is not None and p.note]
     name = html.escape(study.study_name)
     body = "".join(_section(p) for p in panels)
     page = (
@@ -144,16 +149,17 @@ def render_report(study: optuna.Study, *, storage_label: str,
         f"<h2>Best trials</h2>{_best_table(study)}{body}"
         "</body></html>\n"
     )
-    return page, ReportSummary(figures, notes)
+    return page, ReportSummary(figures, skipped, notes)
 
 
 def write_report(study: optuna.Study, path: str | os.PathLike[str], *, storage_label: str,
-                 compare: Sequence[optuna.Study] = ()) -> ReportSummary:
+                 compare: Sequence[optuna.Study] = (), chosen: bool = False) -> ReportSummary:
     """Write the report atomically (a half-written page never replaces a good one).
 
     Raises ``OSError`` when ``path`` cannot be written.
     """
-    page, summary = render_report(study, storage_label=storage_label, compare=compare)
+    page, summary = render_report(study, storage_label=storage_label, compare=compare,
+                                  chosen=chosen)
     target = Path(path)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:

@@ -39,8 +39,11 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 StorageOpt = Annotated[
     str | None,
-    typer.Option("--storage", help=f"Optuna storage URL or journal file [default: study file's, "
-                 f"else {DEFAULT_STORAGE}]"),
+    typer.Option(
+        "--storage",
+        help=f"Optuna storage URL or journal file (default: the study file's, else "
+        f"{DEFAULT_STORAGE})",
+    ),
 ]
 
 
@@ -108,9 +111,15 @@ class _Display:
 def run(
     study_file: Annotated[Path, typer.Argument(help="TOML study file")],
     storage: StorageOpt = None,
-    scheduler: Annotated[str | None, typer.Option(help="address of an existing Dask scheduler")] = None,
-    trials: Annotated[int | None, typer.Option(min=1, help="override budget.trials (total)")] = None,
-    concurrency: Annotated[int | None, typer.Option(min=1, help="override budget.concurrency")] = None,
+    scheduler: Annotated[
+        str | None, typer.Option(help="address of an existing Dask scheduler")
+    ] = None,
+    trials: Annotated[
+        int | None, typer.Option(min=1, help="override budget.trials (total)")
+    ] = None,
+    concurrency: Annotated[
+        int | None, typer.Option(min=1, help="override budget.concurrency")
+    ] = None,
     progress: Annotated[bool, typer.Option(help="live progress bar on a terminal")] = True,
 ) -> None:
     """Run (or resume) the study in STUDY_FILE until it holds budget.trials finished trials."""
@@ -182,7 +191,7 @@ def _load(study: str, storage: str | None) -> tuple[optuna.Study, str]:
     if study.endswith(".toml") or Path(study).is_file():
         sf = load_study_file(study)
         name, url = sf.name, storage or sf.storage
-    url = url or DEFAULT_STORAGE
+    url = _reading(url or DEFAULT_STORAGE)  # reading never creates a journal file
     storage_obj = _open(url)
     try:
         return optuna.load_study(study_name=name, storage=storage_obj), url
@@ -232,17 +241,9 @@ def _reading(url: str) -> str:
     """``url`` for commands that only read: a journal file must already exist (never create one)."""
     path = journal_path(url)
     if path and not Path(path).is_file():
-        raise StudyError("storage", f"no journal file {path!r}")
+        hint = " (pass --storage)" if url == DEFAULT_STORAGE else ""
+        raise StudyError("storage", f"no journal file {path!r}{hint}")
     return url
-
-
-def _load_reading(study: str, storage: str | None) -> tuple[optuna.Study, str]:
-    """``_load`` for commands that only read: a missing journal file is an error, not created."""
-    url = storage
-    if study.endswith(".toml") or Path(study).is_file():
-        url = storage or load_study_file(study).storage
-    _reading(url or DEFAULT_STORAGE)
-    return _load(study, storage)
 
 
 def _writable(path: Path) -> Path:
@@ -262,10 +263,10 @@ def report(
     study: Annotated[str, typer.Argument(help="study name or study file")],
     storage: StorageOpt = None,
     output: Annotated[Path | None, typer.Option(
-        "-o", "--output", help="HTML file [default: STUDY-report.html]")] = None,
+        "-o", "--output", help="HTML file (default: STUDY-report.html)")] = None,
     compare: Annotated[list[str] | None, typer.Option(
-        help="compare with this study of the same storage (repeat, or a,b) [default: every "
-             "study there with the same first objective]")] = None,
+        help="compare with this study of the same storage (repeat, or a,b); default: every "
+             "study there with the same first objective and dataset")] = None,
     no_compare: Annotated[bool, typer.Option(
         "--no-compare", help="no strategy comparison")] = False,
 ) -> None:
@@ -274,7 +275,7 @@ def report(
     from search._report import write_report
 
     try:
-        s, url = _load_reading(study, storage)
+        s, url = _load(study, storage)
         path = _writable(output or Path(f"{s.study_name}-report.html"))
         names = [n for item in compare or [] for n in item.split(",") if n]
         try:
@@ -284,21 +285,24 @@ def report(
             raise StudyError("compare", f"no study {exc.args[0]!r} in {redact(url)} "
                              f"(found: {known})") from None
         try:
-            summary = write_report(s, path, storage_label=redact(url), compare=others)
+            summary = write_report(s, path, storage_label=redact(url), compare=others,
+                                   chosen=bool(names))
         except OSError as exc:
             raise StudyError("output", f"cannot write {path}: {exc.strerror or exc}") from None
     except StudyError as exc:
         raise _fail(exc) from None
     out.print(f"wrote {escape(str(path))}: {summary.figures} figures", highlight=False)
-    for note in summary.notes:
-        out.print(f"  not drawn: {escape(note)}", highlight=False, soft_wrap=True)
+    for line in summary.skipped:
+        out.print(f"  not drawn: {escape(line)}", highlight=False, soft_wrap=True)
+    for line in summary.notes:
+        out.print(f"  note: {escape(line)}", highlight=False, soft_wrap=True)
 
 
 @app.command()
 def dashboard(
     target: Annotated[str | None, typer.Argument(
         metavar="[STUDY_OR_STORAGE]",
-        help=f"study name, study file, storage URL or journal file [default: {DEFAULT_STORAGE}]",
+        help=f"study name, study file, storage URL or journal file (default: {DEFAULT_STORAGE})",
     )] = None,
     storage: StorageOpt = None,
     port: Annotated[int, typer.Option(
@@ -322,15 +326,16 @@ def dashboard(
             raise StudyError("dashboard", "optuna-dashboard is not installed "
                              "(pip install optuna-dashboard)") from None
         page = "/dashboard"
+        # Study names have no '/' (letters, digits, _ - .): anything path-like is a storage.
         if target is not None and not target.endswith(".toml") and (
-                "://" in target or Path(target).is_file()):
+                "://" in target or "/" in target or target.endswith(".journal")
+                or Path(target).is_file()):
             if storage:
                 raise StudyError("storage", f"give the storage once: {target!r} or --storage "
                                  f"{storage!r}")
             url = _reading(target)
-            _open(url)
         elif target is not None:
-            s, url = _load_reading(target, storage)
+            s, url = _load(target, storage)
             page = f"/dashboard/studies/{s._study_id}"  # noqa: SLF001 - the dashboard's own id
         elif storage:
             url = _reading(storage)
@@ -366,9 +371,9 @@ def export(
     study: Annotated[str, typer.Argument(help="study name or study file")],
     storage: StorageOpt = None,
     fmt: Annotated[str | None, typer.Option(
-        "--format", "-f", help="csv or parquet [default: from -o's suffix, else csv]")] = None,
+        "--format", "-f", help="csv or parquet (default: from -o's suffix, else csv)")] = None,
     output: Annotated[str | None, typer.Option(
-        "-o", "--output", help="file, or - for standard output (csv) [default: STUDY.FORMAT]",
+        "-o", "--output", help="file, or - for standard output (csv); default: STUDY.FORMAT",
     )] = None,
 ) -> None:
     """Write a study's trials as a table, one row per trial (CSV or Parquet)."""
@@ -376,7 +381,7 @@ def export(
 
     try:
         kind = export_format(fmt, output)
-        s, _ = _load_reading(study, storage)
+        s, _ = _load(study, storage)
         path = output or f"{s.study_name}.{kind}"
         if path != "-":
             _writable(Path(path))
