@@ -35,6 +35,15 @@ def set_flat_parameters(model: torch.nn.Module, flat: np.ndarray) -> None:
         offset += n
 
 
+@torch.no_grad()
+def broadcast_parameters(params: list[torch.nn.Parameter], comm: MPI.Comm, root: int = 0) -> None:
+    """Every rank takes ``root``'s values of ``params``."""
+    for p in params:
+        buf = p.detach().cpu().contiguous()
+        comm.Bcast(buf.numpy(), root=root)  # waits for root
+        p.copy_(buf)
+
+
 def average_parameters(model: torch.nn.Module, comm: MPI.Comm) -> np.ndarray:
     """The mean of every rank's parameters (a collective: waits for all ranks)."""
     flat = flat_parameters(model)
@@ -55,11 +64,7 @@ class Algorithm:
 
     def broadcast_parameters(self, root: int = 0) -> None:
         """Every rank starts from ``root``'s weights."""
-        with torch.no_grad():
-            for p in self.model.parameters():
-                buf = p.detach().cpu().contiguous()
-                self.comm.Bcast(buf.numpy(), root=root)  # waits for root
-                p.copy_(buf)
+        broadcast_parameters(list(self.model.parameters()), self.comm, root)
 
     def loss_divisor(self, *, local_batch: int, global_batch: int, epoch_size: int) -> int:
         """What this rank's summed loss is divided by: its own batch by default (every rank

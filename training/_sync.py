@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from training._algorithm import Algorithm
+from training._algorithm import Algorithm, broadcast_parameters
 
 
 class _Bucket:
@@ -96,11 +96,7 @@ class GradientAllreduce:
 
     def broadcast_parameters(self, root: int = 0) -> None:
         """Make every rank start from ``root``'s weights."""
-        with torch.no_grad():
-            for p in self._params:
-                buf = p.detach().cpu().contiguous()
-                self.comm.Bcast(buf.numpy(), root=root)  # waits for root
-                p.copy_(buf)
+        broadcast_parameters(self._params, self.comm, root)
 
     def zero_grad(self) -> None:
         for b in self._buckets:
