@@ -99,6 +99,15 @@ def _threshold(o: dict[str, Any]) -> PrunerSpec:
     )
 
 
+def _top_half(o: dict[str, Any]) -> PrunerSpec:
+    # Egele et al. 2024's simple rule: after the first epoch, stop every trial that is not in
+    # the top half of the finished trials at that epoch; never look again (huge interval).
+    return PrunerSpec(
+        "optuna.pruners:MedianPruner",
+        {"n_startup_trials": o["startup_trials"], "n_warmup_steps": 1, "interval_steps": 10**9},
+    )
+
+
 def _patient(o: dict[str, Any]) -> PrunerSpec:
     inner = PRUNERS[o["wrapped"]](o)
     return PrunerSpec(
@@ -119,6 +128,7 @@ PRUNERS = {
     "hyperband": _hyperband,
     "threshold": _threshold,
     "patient": _patient,
+    "top-half": _top_half,
 }
 # The study-file options each pruner reads ("patient" also reads its wrapped pruner's).
 PRUNER_OPTIONS: dict[str, tuple[str, ...]] = {
@@ -129,6 +139,7 @@ PRUNER_OPTIONS: dict[str, tuple[str, ...]] = {
     "hyperband": ("min_epochs", "max_epochs", "reduction_factor"),
     "threshold": ("lower", "upper", "warmup_epochs"),
     "patient": ("wrapped", "patience", "min_delta"),
+    "top-half": ("startup_trials",),
 }
 
 

@@ -37,6 +37,7 @@ def test_algorithm_and_ranks_are_searchable() -> None:
         ({"name": "threshold", "lower": 0.2}, "ThresholdPruner"),
         ({"name": "patient", "wrapped": "median", "patience": 2, "warmup_epochs": 4},
          "PatientPruner"),
+        ({"name": "top-half", "startup_trials": 3}, "MedianPruner"),
     ],
 )
 def test_every_pruner_builds_from_its_table_and_survives_json(table: dict, pruner_class: str) -> None:
@@ -49,6 +50,8 @@ def test_every_pruner_builds_from_its_table_and_survives_json(table: dict, prune
     assert type(pruner).__name__ == pruner_class
     if pruner_class == "HyperbandPruner":
         assert spec.kwargs["max_resource"] == 9  # defaults to the training epochs
+    if table["name"] == "top-half":  # judged after epoch 1 only
+        assert pruner._n_warmup_steps == 1 and pruner._interval_steps == 10**9
     if pruner_class == "PatientPruner":
         assert type(pruner._wrapped_pruner).__name__ == "MedianPruner"
         assert pruner._wrapped_pruner._n_warmup_steps == 4
@@ -139,3 +142,25 @@ def test_errors_name_the_field(data: dict, where: str, message: str) -> None:
     assert info.value.where == where
     assert message in info.value.message
     assert "\n" not in str(info.value)
+
+
+def test_top_half_judges_only_the_first_epoch() -> None:
+    import optuna
+
+    from search._registry import pruner_spec
+
+    sf = parse_study({"name": "x", "pruner": {"name": "top-half", "startup_trials": 2}})
+    study = optuna.create_study(direction="maximize",
+                                pruner=pruner_spec("top-half", sf.pruner.spec_options(5)).build())
+    for value in (0.8, 0.9):  # two finished trials: median at epoch 1 is 0.85
+        t = study.ask()
+        t.report(value, 1)
+        study.tell(t, value)
+    weak = study.ask()
+    weak.report(0.5, 1)
+    assert weak.should_prune()
+    late = study.ask()
+    late.report(0.95, 1)
+    assert not late.should_prune()
+    late.report(0.1, 2)  # collapses later: the rule no longer looks
+    assert not late.should_prune()
