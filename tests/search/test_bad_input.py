@@ -7,18 +7,15 @@ Most cases call the Typer app in-process (fast); a few run the installed console
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import optuna
 import pytest
-from typer.testing import CliRunner
 
-from search.cli import app
+from tests.cli_helpers import run_cli, search_command
 from training.launch import open_storage
 
 # Environment variables that would make rich colour its output even into a pipe.
@@ -40,28 +37,20 @@ def _in_tmp_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     assert not (tmp_path / "detol.journal").exists(), "the default storage was created"
 
 
-def _cli(*args: str) -> tuple[int, str, str]:
-    """`search ARGS` in-process: (exit code, stdout, stderr)."""
-    result = CliRunner().invoke(app, list(args), catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
 
 
-def _search_exe() -> list[str]:
-    exe = shutil.which("search", path=os.pathsep.join([os.path.dirname(sys.executable),
-                                                       os.environ.get("PATH", "")]))
-    return [exe] if exe else [sys.executable, "-m", "search.cli"]
 
 
 def _cli_subprocess(*args: str, cwd: Path) -> tuple[int, str, str]:
     """The installed `search` console script in a real process: (exit code, stdout, stderr)."""
     env = {k: v for k, v in os.environ.items() if k not in _COLOUR_VARS}
-    proc = subprocess.run([*_search_exe(), *args], capture_output=True, text=True, cwd=cwd,
+    proc = subprocess.run([*search_command(), *args], capture_output=True, text=True, cwd=cwd,
                           env=env, timeout=60)
     return proc.returncode, proc.stdout, proc.stderr
 
 
 def _run(study: Path | str, storage: str, *extra: str) -> tuple[int, str, str]:
-    return _cli("run", str(study), "--storage", storage, "--no-progress", *extra)
+    return run_cli("run", str(study), "--storage", storage, "--no-progress", *extra)
 
 
 def _error_line(code: int, stdout: str, stderr: str) -> str:
@@ -295,7 +284,7 @@ def test_multi_objective_with_pruner(write_study: WriteStudy, journal: str) -> N
 @pytest.mark.parametrize("command", ["status", "best"])
 def test_missing_study_names_it_and_lists_the_found(journal: str, command: str) -> None:
     optuna.create_study(study_name="other", storage=open_storage(journal))
-    line = _error_line(*_cli(command, "missing", "--storage", journal))
+    line = _error_line(*run_cli(command, "missing", "--storage", journal))
     assert "'missing'" in line
     assert "found: ['other']" in line
     assert optuna.get_all_study_names(open_storage(journal)) == ["other"]

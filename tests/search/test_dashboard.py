@@ -15,10 +15,9 @@ from pathlib import Path
 
 import optuna
 import pytest
-from typer.testing import CliRunner
 
-from search.cli import app
-from tests.search.test_report import NB201, _search_exe, shared_storage
+from tests.cli_helpers import run_cli, search_command
+from tests.search.test_report import NB201, shared_storage
 from training.launch import open_storage
 
 pytestmark = pytest.mark.timeout(120)
@@ -55,7 +54,7 @@ def test_dashboard_serves_the_journal_storage(
     study = optuna.load_study(study_name=NB201[2], storage=open_storage(journal))
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
-    proc = subprocess.Popen([*_search_exe(), "dashboard", NB201[2], "--storage", journal,
+    proc = subprocess.Popen([*search_command(), "dashboard", NB201[2], "--storage", journal,
                              "--port", str(port)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
     try:
@@ -92,9 +91,6 @@ def test_dashboard_serves_the_journal_storage(
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
 
 
-def _cli(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, list(args), catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
 
 
 def test_port_in_use_is_one_line_and_exit_2(tmp_path: Path) -> None:
@@ -104,7 +100,7 @@ def test_port_in_use_is_one_line_and_exit_2(tmp_path: Path) -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        code, out, err = _cli("dashboard", journal, "--port", str(port))
+        code, out, err = run_cli("dashboard", journal, "--port", str(port))
     assert code == 2
     assert re.fullmatch(rf"error: port: cannot listen on 127\.0\.0\.1:{port}: .+ \(pass another "
                         r"--port, or 0 for any free one\)\n", err), err
@@ -125,7 +121,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, monkeypatch: pytest.Mo
     journal = str(tmp_path / "x.journal")
     optuna.create_study(study_name="x", storage=open_storage(journal))
     argv = [a.format(tmp=tmp_path, journal=journal) for a in args]
-    code, out, err = _cli("dashboard", *argv, "--port", "0")
+    code, out, err = run_cli("dashboard", *argv, "--port", "0")
     assert code == 2
     assert len(err.strip().splitlines()) == 1, err
     assert err.startswith(message.format(tmp=tmp_path, journal=journal)), err

@@ -9,10 +9,9 @@ from pathlib import Path
 import optuna
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
 
-from search.cli import app
-from tests.search.test_report import MULTI, NB201, _search_exe, shared_storage
+from tests.cli_helpers import run_cli, search_command
+from tests.search.test_report import MULTI, NB201, shared_storage
 from training.launch import open_storage
 
 pytestmark = pytest.mark.timeout(120)
@@ -23,9 +22,6 @@ def storage(tmp_path_factory: pytest.TempPathFactory) -> str:
     return shared_storage(tmp_path_factory)
 
 
-def _cli(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, list(args), catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
 
 
 def _check_table(df: pd.DataFrame, study: optuna.Study) -> None:
@@ -50,7 +46,7 @@ def _check_table(df: pd.DataFrame, study: optuna.Study) -> None:
 
 def test_csv(storage: str, tmp_path: Path) -> None:
     path = tmp_path / "trials.csv"
-    code, out, err = _cli("export", NB201[0], "--storage", storage, "--format", "csv",
+    code, out, err = run_cli("export", NB201[0], "--storage", storage, "--format", "csv",
                           "-o", str(path))
     assert code == 0, out + err
     study = optuna.load_study(study_name=NB201[0], storage=open_storage(storage))
@@ -64,7 +60,7 @@ def test_csv(storage: str, tmp_path: Path) -> None:
 def test_parquet_with_the_console_script(storage: str, tmp_path: Path) -> None:
     """The real `search` process; the format is taken from the suffix."""
     path = tmp_path / "multi.parquet"
-    proc = subprocess.run([*_search_exe(), "export", MULTI, "--storage", storage, "-o",
+    proc = subprocess.run([*search_command(), "export", MULTI, "--storage", storage, "-o",
                            str(path)], capture_output=True, text=True, timeout=100)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.endswith("(parquet)\n")
@@ -78,10 +74,10 @@ def test_parquet_with_the_console_script(storage: str, tmp_path: Path) -> None:
 def test_default_name_and_standard_output(storage: str, tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    code, out, err = _cli("export", NB201[1], "--storage", storage, "--format", "parquet")
+    code, out, err = run_cli("export", NB201[1], "--storage", storage, "--format", "parquet")
     assert code == 0, out + err
     assert len(pd.read_parquet(tmp_path / f"{NB201[1]}.parquet")) == 10
-    code, out, err = _cli("export", NB201[1], "--storage", storage, "-o", "-")
+    code, out, err = run_cli("export", NB201[1], "--storage", storage, "-o", "-")
     assert code == 0, err
     assert len(pd.read_csv(io.StringIO(out))) == 10
 
@@ -97,7 +93,7 @@ def test_default_name_and_standard_output(storage: str, tmp_path: Path,
 def test_bad_input_is_one_line_and_exit_2(storage: str, tmp_path: Path, args: list[str],
                                           message: str) -> None:
     argv = [a.format(tmp=tmp_path) for a in args]
-    code, out, err = _cli("export", NB201[0], "--storage", storage, *argv)
+    code, out, err = run_cli("export", NB201[0], "--storage", storage, *argv)
     assert code == 2
     assert err == message.format(tmp=tmp_path) + "\n"
     assert not list(tmp_path.iterdir())
@@ -111,7 +107,7 @@ def test_bad_input_is_one_line_and_exit_2(storage: str, tmp_path: Path, args: li
 def test_unknown_study_or_storage(storage: str, tmp_path: Path, study: str,
                                   storage_arg: str | None, message: str) -> None:
     url = (storage_arg or storage).format(tmp=tmp_path)
-    code, out, err = _cli("export", study, "--storage", url, "-o", str(tmp_path / "t.csv"))
+    code, out, err = run_cli("export", study, "--storage", url, "-o", str(tmp_path / "t.csv"))
     assert code == 2
     assert err.startswith(message.format(storage=storage, tmp=tmp_path))
     assert len(err.strip().splitlines()) == 1

@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -22,10 +21,9 @@ import numpy as np
 import optuna
 import pytest
 from optuna.trial import TrialState
-from typer.testing import CliRunner
 
 import spaces
-from search.cli import app
+from tests.cli_helpers import run_cli
 from training.launch import open_storage
 
 pytestmark = pytest.mark.timeout(120)
@@ -203,15 +201,8 @@ def artifacts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     return where
 
 
-def _cli(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, list(args), catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
 
 
-def _search_exe() -> list[str]:
-    exe = shutil.which("search", path=os.pathsep.join([os.path.dirname(sys.executable),
-                                                       os.environ.get("PATH", "")]))
-    return [exe] if exe else [sys.executable, "-m", "search.cli"]
 
 
 def _panels(page: str) -> dict[str, str]:
@@ -227,7 +218,7 @@ def _panels(page: str) -> dict[str, str]:
 def test_report_of_a_topology_study_renders_every_figure(
         storage: str, tmp_path: Path, artifacts: Path, capsys: pytest.CaptureFixture[str]) -> None:
     page = tmp_path / "report.html"
-    code, out, err = _cli("report", "nb-tpe-0", "--storage", storage, "-o", str(page))
+    code, out, err = run_cli("report", "nb-tpe-0", "--storage", storage, "-o", str(page))
     assert code == 0, out + err
     assert out.startswith(f"wrote {page}: 6 figures\n")
     assert "not drawn" not in out
@@ -251,7 +242,7 @@ def test_report_of_a_topology_study_renders_every_figure(
 def test_report_of_a_multi_objective_study_draws_the_pareto_front(
         storage: str, tmp_path: Path, artifacts: Path, capsys: pytest.CaptureFixture[str]) -> None:
     page = tmp_path / "multi.html"
-    code, out, err = _cli("report", MULTI, "--storage", storage, "-o", str(page), "--no-compare")
+    code, out, err = run_cli("report", MULTI, "--storage", storage, "-o", str(page), "--no-compare")
     assert code == 0, out + err
     text = page.read_text()
     assert _panels(text) == dict.fromkeys(
@@ -264,7 +255,7 @@ def test_report_of_a_multi_objective_study_draws_the_pareto_front(
 
 def test_figures_that_cannot_be_drawn_leave_a_note(storage: str, tmp_path: Path) -> None:
     page = tmp_path / "tiny.html"
-    code, out, err = _cli("report", TINY, "--storage", storage, "-o", str(page),
+    code, out, err = run_cli("report", TINY, "--storage", storage, "-o", str(page),
                           "--compare", "nb-random-0")
     assert code == 0, out + err
     panels = _panels(page.read_text())
@@ -274,7 +265,7 @@ def test_figures_that_cannot_be_drawn_leave_a_note(storage: str, tmp_path: Path)
                                            "trials and 1 searched parameter")
     assert "not drawn: Parameter importances: parameter importances need" in out
 
-    code, out, err = _cli("report", EMPTY, "--storage", storage, "-o", str(tmp_path / "e.html"),
+    code, out, err = run_cli("report", EMPTY, "--storage", storage, "-o", str(tmp_path / "e.html"),
                           "--no-compare")
     assert code == 0, out + err
     assert out.startswith(f"wrote {tmp_path / 'e.html'}: 0 figures")
@@ -284,7 +275,7 @@ def test_figures_that_cannot_be_drawn_leave_a_note(storage: str, tmp_path: Path)
 def test_default_output_is_named_after_the_study(
         storage: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    code, out, err = _cli("report", "nb-random-1", "--storage", storage, "--compare",
+    code, out, err = run_cli("report", "nb-random-1", "--storage", storage, "--compare",
                           "nb-tpe-1,nb-random-0", "--compare", OTHER_DATA)
     assert code == 0, out + err
     text = (tmp_path / "nb-random-1-report.html").read_text()
@@ -302,7 +293,7 @@ def test_default_output_is_named_after_the_study(
 def test_bad_input_is_one_line_and_exit_2(storage: str, tmp_path: Path, args: list[str],
                                           message: str) -> None:
     argv = [a.format(tmp=tmp_path) for a in args]
-    code, out, err = _cli("report", *argv, "--storage", storage)
+    code, out, err = run_cli("report", *argv, "--storage", storage)
     assert code == 2
     assert err.startswith(message.format(storage=storage, tmp=tmp_path)), err
     assert len(err.strip().splitlines()) == 1
@@ -311,7 +302,7 @@ def test_bad_input_is_one_line_and_exit_2(storage: str, tmp_path: Path, args: li
 
 @pytest.mark.parametrize("storage_arg", ["{tmp}/none.journal", "bogus://x"])
 def test_bad_storage_is_one_line_and_creates_nothing(tmp_path: Path, storage_arg: str) -> None:
-    code, out, err = _cli("report", "x", "--storage", storage_arg.format(tmp=tmp_path))
+    code, out, err = run_cli("report", "x", "--storage", storage_arg.format(tmp=tmp_path))
     assert code == 2
     assert err.startswith("error: storage: ") and len(err.strip().splitlines()) == 1
     assert not list(tmp_path.iterdir())
