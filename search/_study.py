@@ -54,7 +54,7 @@ def open_study(sf: StudyFile, storage: BaseStorage) -> optuna.Study:
         storage=storage,
         sampler=sampler,
         pruner=pruner,
-        directions=sf.directions,
+        directions=directions,
         load_if_exists=True,
     )
     if existing is None:

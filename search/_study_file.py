@@ -157,12 +157,12 @@ class StudyFile(_Strict):
     metric: str | list[str] = "val_accuracy"
     direction: str | list[str] | None = None
     storage: str | None = None
-    budget: Budget = Field(default_factory=Budget)
-    strategy: Strategy = Field(default_factory=Strategy)
-    pruner: Pruner = Field(default_factory=Pruner)
-    training: TrainConfig = Field(default_factory=TrainConfig)
-    launcher: Launcher = Field(default_factory=Launcher)
-    cluster: Cluster = Field(default_factory=Cluster)
+    budget: Budget = Budget()
+    strategy: Strategy = Strategy()
+    pruner: Pruner = Pruner()
+    training: TrainConfig = TrainConfig()
+    launcher: Launcher = Launcher()
+    cluster: Cluster = Cluster()
     space: dict[str, _Dimension] = Field(default_factory=dict)
     # [space.genome]: a topology family (family = "cell" | "macro" | "stack" and its options).
     space_genome: dict[str, Any] | None = Field(None, exclude=True)

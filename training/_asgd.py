@@ -111,8 +111,8 @@ class ASGD(Algorithm):
         self.slot = slot_bytes(self.n)
         self.rng = np.random.default_rng([seed, comm.rank, 7])
         self.peers = [r for r in range(comm.size) if r != comm.rank]
-        self.win = MPI.Win.Allocate(comm.size * self.slot, disp_unit=1, comm=comm)
-        raw = np.frombuffer(memoryview(self.win), dtype=np.uint8)
+        self.win = MPI.Win.Allocate(comm.size * self.slot, disp_unit=1, comm=comm)  # type: ignore[arg-type]
+        raw = np.frombuffer(memoryview(self.win), dtype=np.uint8)  # type: ignore[arg-type]
         raw[:] = 0
         self.slots = [
             Slot(raw[j * self.slot : (j + 1) * self.slot], self.n) for j in range(comm.size)
@@ -137,7 +137,7 @@ class ASGD(Algorithm):
             status, state, seq = read_slot(self.slots[j], self.last_seen[j])
             if status == TORN:
                 self.stats["torn"] += 1
-            elif status == NEW:
+            elif status == NEW and state is not None:
                 self.stats["received"] += 1
                 self.last_seen[j] = seq
                 states.append(state)

@@ -18,7 +18,7 @@ class TrialSpec:
     trial_number: int | None = None
     pruner: dict[str, Any] | None = None
     report: bool = True  # per-epoch trial.report; Optuna refuses it for multi-objective studies
-    launcher: list[str] = field(default_factory=lambda: ["mpiexec", "-n", "{ranks}"])
+    launcher: str | list[str] = "mpiexec -n {ranks}"  # {ranks} is filled in
     env: dict[str, str] = field(default_factory=dict)
     timeout_s: float | None = None
     result_path: str | None = None
