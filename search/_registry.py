@@ -100,8 +100,9 @@ def _threshold(o: dict[str, Any]) -> PrunerSpec:
 
 
 def _top_half(o: dict[str, Any]) -> PrunerSpec:
-    # Egele et al. 2024's simple rule: after the first epoch, stop every trial that is not in
-    # the top half of the finished trials at that epoch; never look again (huge interval).
+    # Egele et al. 2024's simple rule: after the first epoch, stop every trial below the median
+    # epoch-1 value of the trials so far (Optuna counts running and pruned ones too once
+    # `startup_trials` have completed); never look again (huge interval).
     return PrunerSpec(
         "optuna.pruners:MedianPruner",
         {"n_startup_trials": o["startup_trials"], "n_warmup_steps": 1, "interval_steps": 10**9},
