@@ -6,7 +6,6 @@ Checked afterwards with plain Optuna only, as a notebook or the dashboard would 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +14,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from tests.cli_helpers import search_command
 from training.launch import open_storage
 
 pytestmark = pytest.mark.mpi
@@ -58,9 +58,7 @@ ranks = {{ type = "categorical", choices = [2, 3] }}
 
 
 def _search(*args: str) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("search")
-    assert exe, "the 'search' console script is not installed"
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=400)
+    return subprocess.run([*search_command(), *args], capture_output=True, text=True, timeout=400)
 
 
 def test_study_runs_end_to_end_and_resumes(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +10,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from tests.cli_helpers import search_command
 from training.launch import open_storage
 
 pytestmark = pytest.mark.mpi
@@ -22,9 +22,7 @@ def test_study_on_postgresql(postgres_url: str, write_study: Callable[..., Path]
         training={"epochs": "2", "ranks": "1", "hidden": "16"},
         tail="[budget]\ntrials = 2\nconcurrency = 2",
     )
-    exe = shutil.which("search")
-    assert exe
-    done = subprocess.run([exe, "run", str(study_file), "--storage", postgres_url,
+    done = subprocess.run([*search_command(), "run", str(study_file), "--storage", postgres_url,
                            "--no-progress"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     password = postgres_url.split(":")[2].split("@")[0]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import uuid
 from collections.abc import Callable
@@ -12,6 +11,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from tests.cli_helpers import search_command
 from training.launch import open_storage
 
 pytestmark = pytest.mark.mpi
@@ -30,9 +30,7 @@ def test_two_rank_trial_pruned_at_epoch_k_stops_there_on_every_rank(
         tail=f'[budget]\ntrials = 1\n[launcher]\nenv = {{ DETOL_TEST_TAG = "{tag}" }}',
     )
     journal = str(tmp_path / "j.journal")
-    exe = shutil.which("search")
-    assert exe
-    done = subprocess.run([exe, "run", str(study_file), "--storage", journal, "--no-progress"],
+    done = subprocess.run([*search_command(), "run", str(study_file), "--storage", journal, "--no-progress"],
                           capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr
     (trial,) = optuna.load_study(study_name="t", storage=open_storage(journal)).trials

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import time
@@ -15,6 +14,7 @@ import pytest
 from optuna.trial import TrialState
 
 from search._study import DRIVER_ATTR, recover_orphans
+from tests.cli_helpers import search_command
 from training.launch import open_storage
 
 
@@ -56,9 +56,7 @@ def test_ctrl_c_fails_running_trials_and_leaves_no_mpi_job(
     study_file = write_study(training={"epochs": "400", "ranks": "2"},
                              tail=f'[launcher]\nenv = {{ DETOL_TEST_TAG = "{tag}" }}')
     journal = str(tmp_path / "j.journal")
-    exe = shutil.which("search")
-    assert exe
-    proc = subprocess.Popen([exe, "run", str(study_file), "--storage", journal, "--no-progress"],
+    proc = subprocess.Popen([*search_command(), "run", str(study_file), "--storage", journal, "--no-progress"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     study = None
