@@ -1,12 +1,21 @@
 """The driver loop: ask Optuna for a trial, run it on Dask as an MPI job, tell the outcome.
 
 The driver owns each trial's life. Liveness comes from the Dask future: whatever happens to the
-job (exception, non-zero exit, timeout, lost worker), the trial is told FAIL with the reason.
+job (exception, non-zero exit, timeout, lost worker), the trial is told FAIL with the reason. A
+trial lost with its worker is re-queued with the same parameters (``budget.max_retries``).
+
+A trial is an MPI training job, or (``objective`` in the study file) a Python function or a
+benchmark table on a Dask worker. Benchmark answers carry ``sim_time_s``: the driver then keeps a
+simulated clock and tells trials in the order they would finish on ``concurrency`` workers, so a
+table benchmark runs the same loop as a real sweep.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
+import os
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,8 +27,9 @@ from optuna.trial import TrialState
 
 from search._backend import run_trial_on_worker
 from search._cluster import MPI
+from search._objectives import is_benchmark, run_function_trial
 from search._registry import pruner_spec
-from search._study import DRIVER_ATTR, driver_id
+from search._study import DRIVER_ATTR, driver_id, requeue
 from search._study_file import StudyFile
 from training.launch import TrialSpec
 
@@ -41,6 +51,7 @@ RESULT_ATTRS = (
     "command",
     "history",
     "counters",
+    "sim_time_s",
 )
 
 
@@ -67,6 +78,8 @@ class RunCounts:
 class _Running:
     trial: optuna.Trial
     ranks: int
+    started: float = field(default_factory=time.monotonic)
+    sim_start: float = 0.0
 
 
 Event = Callable[[str, optuna.Trial | None, RunCounts, dict[str, Any] | None], None]
@@ -100,6 +113,10 @@ class Driver:
             sf.pruner.name, sf.pruner.spec_options(sf.training.epochs)
         ).to_json()
         self.owner = driver_id()
+        seed = sf.strategy.seed
+        self.noise_seed = random.getrandbits(32) if seed is None else seed * 1_000_003
+        self.simulated = is_benchmark(sf.objective)
+        self.sim_clock = 0.0
 
     def _finished_count(self) -> int:
         return len(self.study.get_trials(deepcopy=False, states=FINISHED))
@@ -107,6 +124,8 @@ class Driver:
     def _submit(self, counts: RunCounts) -> tuple[Future, _Running] | None:
         trial = self.study.ask()
         trial.set_user_attr(DRIVER_ATTR, self.owner)
+        if self.sf.objective is not None:
+            return self._submit_function(trial, counts)
         ask_time = time.time()
         try:
             params = self.space.suggest(trial)
@@ -143,10 +162,54 @@ class Driver:
             retries=0,  # the driver decides about retries, never Dask
         )
         self.on_event("started", trial, counts, None)
-        return future, _Running(trial, config.ranks)
+        return future, _Running(trial, config.ranks, sim_start=self.sim_clock)
 
-    def _fail(self, trial: optuna.Trial, counts: RunCounts, result: dict[str, Any]) -> None:
+    def _submit_function(
+        self, trial: optuna.Trial, counts: RunCounts
+    ) -> tuple[Future, _Running] | None:
+        try:
+            params = self.space.suggest(trial)
+        except Exception as exc:  # a sampler or space problem fails this trial, not the study
+            self._fail(trial, counts, {"exit_reason": f"could not build the trial: {exc}"})
+            return None
+        genome = params.get("genome")
+        if genome is not None:
+            trial.set_user_attr("genome", genome.canonical_json)
+            trial.set_user_attr("genome_key", genome.key)
+            trial.set_user_attr("genome_summary", genome.summary())
+        task = {
+            "objective": self.sf.objective,
+            "params": params,
+            "objectives": self.sf.objectives,
+            "study_name": self.study.study_name,
+            "storage_url": self.storage_url,
+            "trial_id": trial._trial_id,  # noqa: SLF001 - the report callback reopens this trial
+            "pruner": self.pruner,
+            "report": len(self.sf.objectives) == 1,
+            "noise_seed": self.noise_seed + trial.number,
+            "sys_path": [os.getcwd()],  # "pkg.module:function" imports as it does here
+        }
+        future = self.client.submit(
+            run_function_trial,
+            task,
+            key=f"trial-{self.study.study_name}-{trial.number}-{self.owner}",
+            pure=False,
+            retries=0,
+        )
+        self.on_event("started", trial, counts, None)
+        return future, _Running(trial, 1, sim_start=self.sim_clock)
+
+    def _fail(
+        self,
+        trial: optuna.Trial,
+        counts: RunCounts,
+        result: dict[str, Any],
+        *,
+        lost: bool = False,
+    ) -> None:
         reason = str(result.get("exit_reason") or "unknown error")
+        if lost:  # the worker or its connection died: the parameters deserve another run
+            reason = requeue(self.study, trial, reason, self.sf.budget.max_retries)
         trial.set_user_attr("exit_reason", reason)
         self.study.tell(trial, state=TrialState.FAIL)
         counts.failed += 1
@@ -158,6 +221,10 @@ class Driver:
         for key in RESULT_ATTRS:
             if result.get(key) is not None:
                 trial.set_user_attr(key, result[key])
+        for key, value in (result.get("user_attrs") or {}).items():
+            trial.set_user_attr(key, value)
+        if self.simulated:
+            trial.set_user_attr("sim_clock_s", self.sim_clock)
         state = result.get("state")
         values = _values(result, self.sf.objectives)
         if state == "complete" and values is not None:
@@ -171,7 +238,45 @@ class Driver:
         else:
             if state == "complete":
                 result = {**result, "exit_reason": f"no finite value for {self.sf.objectives}"}
-            self._fail(trial, counts, result)
+            self._fail(trial, counts, result, lost=bool(result.get("lost")))
+
+    def _collect(
+        self, running: dict[Future, _Running]
+    ) -> list[tuple[Future, _Running, dict[str, Any]]]:
+        """The trials to tell now, each with its result, taken out of ``running``."""
+        if self.simulated:
+            return self._collect_simulated(running)
+        try:
+            done, _ = wait(list(running), timeout=0.5, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            done = set()
+        out = [(f, running.pop(f), _result(f)) for f in done]
+        limit = self.sf.budget.trial_timeout
+        if limit is not None:
+            # MPI jobs stop themselves at trial_timeout; this catches function objectives and
+            # a worker that stopped answering.
+            grace = 0.0 if self.sf.objective is not None else 30.0
+            now = time.monotonic()
+            for f in [f for f, r in running.items() if now - r.started > limit + grace]:
+                f.cancel()
+                reason = f"trial_timeout of {limit:g} s reached"
+                out.append((f, running.pop(f), {"state": "failed", "exit_reason": reason}))
+        return out
+
+    def _collect_simulated(
+        self, running: dict[Future, _Running]
+    ) -> list[tuple[Future, _Running, dict[str, Any]]]:
+        """Discrete-event simulation: wait for every running answer (they are instant), then tell
+        the one that finishes first on the simulated clock."""
+        wait(list(running))
+        ends = []
+        for i, (f, run) in enumerate(running.items()):
+            result = _result(f)
+            end = run.sim_start + float(result.get("sim_time_s") or 0.0)
+            heapq.heappush(ends, (end, i, f, result))
+        end, _, f, result = ends[0]
+        self.sim_clock = max(self.sim_clock, end)
+        return [(f, running.pop(f), result)]
 
     def run(self, *, trials: int, concurrency: int, timeout: float | None) -> RunCounts:
         counts = RunCounts(finished_before=self._finished_count(), target=trials)
@@ -200,16 +305,7 @@ class Driver:
                     elif out_of_time:
                         counts.stopped_because = f"budget.timeout of {timeout:g} s reached"
                     break
-                try:
-                    done, _ = wait(list(running), timeout=0.5, return_when="FIRST_COMPLETED")
-                except TimeoutError:
-                    done = set()
-                for future in done:
-                    run = running.pop(future)
-                    try:
-                        result = future.result()
-                    except Exception as exc:  # lost worker, cancelled task, ...
-                        result = {"state": "failed", "exit_reason": f"{type(exc).__name__}: {exc}"}
+                for _future, run, result in self._collect(running):
                     self._finish(run, result, counts)
                 counts.running = len(running)
                 self.on_event("tick", None, counts, None)
@@ -221,3 +317,11 @@ class Driver:
                 self.study.tell(run.trial, state=TrialState.FAIL)
             raise
         return counts
+
+
+def _result(future: Future) -> dict[str, Any]:
+    try:
+        return dict(future.result())
+    except Exception as exc:  # lost worker (KilledWorker), closed connection, cancelled task
+        reason = f"{type(exc).__name__}: {exc}".strip()
+        return {"state": "failed", "exit_reason": f"Dask worker lost: {reason}", "lost": True}

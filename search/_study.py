@@ -5,16 +5,19 @@ from __future__ import annotations
 import json
 import os
 import socket
+from typing import Any
 
 import optuna
 from optuna.storages import BaseStorage
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from search._errors import StudyError
 from search._registry import build_sampler, pruner_spec
 from search._study_file import StudyFile
 
 DRIVER_ATTR = "detol:driver"
+RETRY_ATTR = "detol:retry_of"  # on a re-queued trial: the number of the trial it repeats
+ATTEMPT_ATTR = "detol:attempt"  # 1 for a first run, 2 for its first retry, ...
 
 
 def driver_id() -> str:
@@ -63,7 +66,27 @@ def open_study(sf: StudyFile, storage: BaseStorage) -> optuna.Study:
     return study
 
 
-def recover_orphans(study: optuna.Study) -> list[int]:
+def requeue(
+    study: optuna.Study, trial: optuna.Trial | FrozenTrial, reason: str, max_retries: int
+) -> str:
+    """Queue ``trial``'s parameters again unless they ran ``max_retries`` + 1 times already.
+
+    Call before the trial is told FAIL. Returns ``reason`` with what was done appended; the new
+    trial carries ``detol:retry_of`` and ``detol:attempt``, the failed one ``detol:requeued``.
+    """
+    attempt = int(trial.user_attrs.get(ATTEMPT_ATTR, 1))
+    if attempt > max_retries:
+        return f"{reason}; not re-queued (attempt {attempt}, budget.max_retries={max_retries})"
+    study.enqueue_trial(
+        trial.params,
+        user_attrs={RETRY_ATTR: trial.number, ATTEMPT_ATTR: attempt + 1},
+        skip_if_exists=False,
+    )
+    _set_attr(study, trial, "detol:requeued", True)
+    return f"{reason}; parameters re-queued (attempt {attempt + 1} of {max_retries + 1})"
+
+
+def recover_orphans(study: optuna.Study, max_retries: int = 1) -> list[int]:
     """Fail RUNNING trials whose driver process on this host is gone; re-queue their params.
 
     Returns the numbers of the trials that were failed. Trials owned by a live driver or by
@@ -76,13 +99,16 @@ def recover_orphans(study: optuna.Study) -> list[int]:
         owner_host, _, pid = owner.rpartition(":")
         if owner_host != host or not pid.isdigit() or _alive(int(pid)):
             continue
-        study._storage.set_trial_user_attr(  # noqa: SLF001 - public storage API, finished trial
-            t._trial_id, "exit_reason", f"driver {owner} died while the trial ran; re-queued"
-        )
+        reason = requeue(study, t, f"driver {owner} died while the trial ran", max_retries)
+        _set_attr(study, t, "exit_reason", reason)
         study.tell(t.number, state=TrialState.FAIL)
-        study.enqueue_trial(t.params, user_attrs={"detol:retry_of": t.number})
         failed.append(t.number)
     return failed
+
+
+def _set_attr(study: optuna.Study, trial: optuna.Trial | FrozenTrial, key: str, value: Any) -> None:
+    # The storage's public API, so a RUNNING trial of a dead driver can be annotated too.
+    study._storage.set_trial_user_attr(trial._trial_id, key, value)  # noqa: SLF001
 
 
 def _alive(pid: int) -> bool:

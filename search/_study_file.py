@@ -25,6 +25,7 @@ from pydantic import (
 
 import spaces
 from search._errors import StudyError
+from search._objectives import check_objective
 from search._registry import PRUNER_OPTIONS, PRUNERS, STRATEGIES
 from training.launch import DEFAULT_LAUNCHER, METRICS, SEARCHABLE, TrainConfig
 
@@ -43,6 +44,11 @@ class Budget(_Strict):
     timeout: float | None = Field(None, gt=0, description="seconds before no new trial starts")
     trial_timeout: float | None = Field(None, gt=0, description="seconds before a trial is killed")
     max_failures: int = Field(5, ge=1, description="failed trials in one run before it gives up")
+    max_retries: int = Field(
+        1,
+        ge=0,
+        description="times the parameters of a trial lost to a dead worker or driver are re-run",
+    )
 
 
 def _one_of(registry: Mapping[str, object], kind: str) -> AfterValidator:
@@ -154,6 +160,9 @@ def _to_dimension(d: _Float | _Int | _Categorical) -> spaces.Dimension:
 
 class StudyFile(_Strict):
     name: str
+    # None: every trial trains [training] as an MPI job. "nb201:cifar10": a benchmark table
+    # answers. "package.module:function": a Python function of the parameters, on a Dask worker.
+    objective: str | None = None
     metric: str | list[str] = "val_accuracy"
     direction: str | list[str] | None = None
     storage: str | None = None
@@ -195,14 +204,21 @@ class StudyFile(_Strict):
     def _shorthand(cls, v: Any) -> Any:
         return {"name": v} if isinstance(v, str) else v
 
+    @field_validator("objective")
+    @classmethod
+    def _objective(cls, v: str | None) -> str | None:
+        if v is not None:
+            check_objective(v)
+        return v
+
     @field_validator("metric")
     @classmethod
     def _metric(cls, v: str | list[str]) -> str | list[str]:
-        for m in [v] if isinstance(v, str) else v:
-            if m not in METRICS:
-                raise ValueError(f"unknown metric {m!r} (known: {sorted(METRICS)})")
         if isinstance(v, list) and not v:
             raise ValueError("needs at least one metric")
+        for m in [v] if isinstance(v, str) else v:
+            if not re.fullmatch(r"[A-Za-z_][\w.\-]*", m):
+                raise ValueError(f"{m!r} is not a metric name")
         return v
 
     @field_validator("direction")
@@ -215,6 +231,20 @@ class StudyFile(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> StudyFile:
+        if self.objective is None:
+            for m in self.objectives:
+                if m not in METRICS:
+                    raise StudyError(
+                        "metric", f"unknown metric {m!r} (known: {sorted(METRICS)})"
+                    )
+        elif self.direction is None:
+            for m in self.objectives:
+                if m not in METRICS:
+                    raise StudyError(
+                        "direction",
+                        f"required for metric {m!r} of objective {self.objective!r}: "
+                        "'maximize' or 'minimize'",
+                    )
         if self.direction is not None and len(self.directions) != len(self.objectives):
             raise StudyError(
                 "direction",
@@ -246,6 +276,12 @@ class StudyFile(_Strict):
 
     def _check_dimension(self, name: str, raw: _Float | _Int | _Categorical) -> None:
         where = f"space.{name}"
+        if self.objective is not None:  # a function objective takes any parameter names
+            try:
+                _to_dimension(raw)
+            except ValueError as exc:
+                raise StudyError(where, str(exc)) from None
+            return
         if name not in SEARCHABLE:
             raise StudyError(
                 where, f"not a searchable training parameter (known: {list(SEARCHABLE)})"
@@ -284,6 +320,8 @@ class StudyFile(_Strict):
 
     @property
     def max_ranks(self) -> int:
+        if self.objective is not None:
+            return 1
         ranks = [self.training.ranks]
         if "ranks" in self.space:
             ranks += [int(v) for v in _to_dimension(self.space["ranks"]).values_to_check()]

@@ -45,18 +45,26 @@ def best_table(study: optuna.Study, n: int = 5) -> Table:
         table.add_column(p, justify="right")
     if genomes:
         table.add_column("genome")
-    table.add_column("test_acc", justify="right")
-    table.add_column("epochs", justify="right")
-    table.add_column("time s", justify="right")
+    # Columns from MPI training results; a function objective's trials have none of them.
+    extras = [
+        (label, key)
+        for label, key in (
+            ("test_acc", "test_accuracy"),
+            ("epochs", "epochs_run"),
+            ("sim time s", "sim_time_s"),
+            ("time s", "wall_time_s"),
+        )
+        if any(key in t.user_attrs for t in trials)
+    ]
+    for label, _ in extras:
+        table.add_column(label, justify="right")
     for t in trials:
         table.add_row(
             str(t.number),
             *[_fmt(v) for v in t.values],
             *[_fmt(t.params.get(p, "")) for p in params],
             *([escape(str(t.user_attrs.get("genome_summary", "")))] if genomes else []),
-            _fmt(t.user_attrs.get("test_accuracy", "")),
-            _fmt(t.user_attrs.get("epochs_run", "")),
-            _fmt(t.user_attrs.get("wall_time_s", "")),
+            *[_fmt(t.user_attrs.get(key, "")) for _, key in extras],
         )
     return table
 

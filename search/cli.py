@@ -13,6 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Annotated, Any
 
+import dask
 import optuna
 import typer
 from rich.console import Console
@@ -96,7 +97,9 @@ class _Display:
             summary = trial.user_attrs.get("genome_summary")
             if summary:
                 params = f"{params} [{summary}]" if params else f"[{summary}]"
-            extra = f"{result.get('epochs_run', 0)} ep, {result.get('wall_time_s', 0):.1f} s"
+            extra = f"{result.get('wall_time_s', 0):.1f} s"
+            if "epochs_run" in result:
+                extra = f"{result['epochs_run']} ep, {extra}"
             line = f"trial {trial.number:>3} {what} {escape(shown)} {escape(params)} ({extra})"
             if kind == "failed":
                 reason = (str(result.get("exit_reason", "")).splitlines() or [""])[0][:300]
@@ -125,6 +128,9 @@ def run(
     """Run (or resume) the study in STUDY_FILE until it holds budget.trials finished trials."""
     from search._cluster import open_client
 
+    # A worker that dies mid-trial fails that trial at once (the driver re-queues its parameters)
+    # instead of Dask silently re-running it under the same trial number.
+    dask.config.set({"distributed.scheduler.allowed-failures": 0})
     try:
         sf = load_study_file(study_file)
         url = storage or sf.storage or DEFAULT_STORAGE
@@ -150,7 +156,7 @@ def run(
             connect_timeout=sf.cluster.connect_timeout,
         ) as client:
             study = open_study(sf, storage_obj)
-            for number in recover_orphans(study):
+            for number in recover_orphans(study, sf.budget.max_retries):
                 out.print(f"trial {number}: its driver died; marked failed, parameters re-queued")
             out.print(f"study [bold]{sf.name}[/] in {escape(redact(url))}: {target} trials, "
                       f"{n_parallel} at a time, {sf.training.ranks} ranks each "

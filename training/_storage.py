@@ -7,8 +7,13 @@ A URL with a database scheme (``sqlite:///``, ``postgresql://``, ``mysql://`` ..
 
 from __future__ import annotations
 
+import inspect
+import logging
 import os
 import re
+import time
+from collections.abc import Callable
+from typing import Any
 
 import optuna
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
@@ -54,7 +59,7 @@ def open_storage(url: str) -> BaseStorage:
             f"'journal:///path', or one of {list(_RDB_SCHEMES[:4])}...)"
         )
     try:
-        return RDBStorage(url, engine_kwargs=_engine_kwargs(scheme))
+        rdb = RDBStorage(url, engine_kwargs=_engine_kwargs(scheme))
     except ImportError as exc:  # Optuna re-raises a missing driver as a plain ImportError
         name = getattr(exc.__cause__, "name", None) or exc.name or str(exc)
         hint = " (pip install 'detol[postgres]')" if scheme == "postgresql" else ""
@@ -62,6 +67,10 @@ def open_storage(url: str) -> BaseStorage:
     except Exception as exc:  # SQLAlchemy's OperationalError and friends: one line, no password
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
         raise ValueError(f"cannot connect to {redact(url)}: {reason}") from None
+    if scheme == "sqlite":
+        return rdb
+    # A database server may restart or fail over during a long study: ride it out.
+    return RetryingStorage(optuna.storages.get_storage(rdb), what=redact(url))
 
 
 def _engine_kwargs(scheme: str) -> dict[str, object]:
@@ -70,6 +79,86 @@ def _engine_kwargs(scheme: str) -> dict[str, object]:
     if scheme == "postgresql":
         return {"pool_pre_ping": True, "connect_args": {"connect_timeout": 10}}
     return {"pool_pre_ping": True}
+
+
+log = logging.getLogger("detol.storage")
+RETRY_SECONDS = float(os.environ.get("DETOL_STORAGE_RETRY_S", "300"))
+
+
+def _transient(exc: BaseException) -> bool:
+    """True for a lost or refused database connection (worth retrying), not for bad requests."""
+    from sqlalchemy import exc as sa
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, sa.DBAPIError) and seen.connection_invalidated:
+            return True
+        if isinstance(seen, sa.OperationalError | sa.InterfaceError | sa.DisconnectionError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+class RetryingStorage(BaseStorage):
+    """A storage whose calls are retried with exponential back-off while the database is away.
+
+    Every ``BaseStorage`` method goes through :meth:`_call`: a transient connection error is
+    retried after 0.25, 0.5, 1, ... 8 s until ``retry_seconds`` have passed, then raised. A
+    finishing call (``set_trial_state_values``) that reached the database before the connection
+    dropped is recognised on the retry, so a completed result is never told twice or lost.
+    """
+
+    def __init__(
+        self, inner: BaseStorage, *, what: str = "storage", retry_seconds: float | None = None
+    ) -> None:
+        self._inner = inner
+        self._what = what
+        self._retry_seconds = RETRY_SECONDS if retry_seconds is None else retry_seconds
+        self.retries = 0
+
+    def __getattr__(self, name: str) -> Any:  # e.g. RDBStorage.engine, url
+        return getattr(self._inner, name)
+
+    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        method: Callable[..., Any] = getattr(self._inner, name)
+        deadline = time.monotonic() + self._retry_seconds
+        delay = 0.25
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return method(*args, **kwargs)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                if attempt > 1 and name == "set_trial_state_values":
+                    return True  # the first attempt committed before the connection dropped
+                raise
+            except Exception as exc:
+                if not _transient(exc) or time.monotonic() + delay > deadline:
+                    raise
+                self.retries += 1
+                log.warning(
+                    "%s unavailable during %s (%s); retrying in %.2g s",
+                    self._what,
+                    name,
+                    str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200],
+                    delay,
+                )
+                time.sleep(delay)
+                delay = min(delay * 2, 8.0)
+
+
+def _retrying(name: str) -> Callable[..., Any]:
+    def method(self: RetryingStorage, *args: Any, **kwargs: Any) -> Any:
+        return self._call(name, *args, **kwargs)
+
+    method.__name__ = name
+    return method
+
+
+for _name, _ in inspect.getmembers(BaseStorage, inspect.isfunction):
+    if not _name.startswith("_"):
+        setattr(RetryingStorage, _name, _retrying(_name))
+RetryingStorage.__abstractmethods__ = frozenset()
 
 
 def load_study(study_name: str, url: str) -> optuna.Study:
