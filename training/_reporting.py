@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 import optuna
 
-from training._storage import open_storage
+from training._storage import RETRY_SECONDS, open_storage
 
 
 class Reporter(Protocol):
@@ -51,7 +51,7 @@ class OptunaReporter:
     ) -> None:
         study = optuna.load_study(
             study_name=study_name,
-            storage=open_storage(storage_url),
+            storage=open_storage(storage_url, retry_seconds=RETRY_SECONDS),
             sampler=optuna.samplers.RandomSampler(),
             pruner=build_pruner(pruner),
         )

@@ -37,11 +37,31 @@ def journal_path(url: str) -> str | None:
     return url
 
 
-def open_storage(url: str) -> BaseStorage:
+def open_storage(url: str, *, retry_seconds: float = 0.0) -> BaseStorage:
     """Open (and for a database, connect to) the storage named by ``url``.
 
-    Raises ``ValueError`` with a one-line reason when it cannot be used.
+    Raises ``ValueError`` with a one-line reason when it cannot be used. Inside a running study
+    (a trial's rank 0, a function objective's reporter) pass ``retry_seconds`` so that a
+    database that is briefly away is waited for, with back-off, instead of failing the trial.
     """
+    deadline = time.monotonic() + retry_seconds
+    delay = 0.25
+    while True:
+        try:
+            return _open_storage(url)
+        except _Unreachable as exc:
+            if time.monotonic() + delay > deadline:
+                raise ValueError(str(exc)) from None
+            log.warning("%s; retrying in %.2g s", exc, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 8.0)
+
+
+class _Unreachable(ValueError):
+    """The database did not answer (worth another try)."""
+
+
+def _open_storage(url: str) -> BaseStorage:
     path = journal_path(url)
     if path is not None:
         if not path:
@@ -65,8 +85,10 @@ def open_storage(url: str) -> BaseStorage:
         hint = " (pip install 'detol[postgres]')" if scheme == "postgresql" else ""
         raise ValueError(f"database driver {name!r} is not installed{hint}") from None
     except Exception as exc:  # SQLAlchemy's OperationalError and friends: one line, no password
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        raise ValueError(f"cannot connect to {redact(url)}: {reason}") from None
+        cause: BaseException = exc.__cause__ or exc
+        reason = str(getattr(cause, "orig", None) or cause).strip().splitlines()[0]
+        kind = _Unreachable if _transient(exc) else ValueError
+        raise kind(f"cannot connect to {redact(url)}: {reason}") from None
     if scheme == "sqlite":
         return rdb
     # A database server may restart or fail over during a long study: ride it out.
@@ -164,5 +186,7 @@ RetryingStorage.__abstractmethods__ = frozenset()
 def load_study(study_name: str, url: str) -> optuna.Study:
     """Load an existing study (no sampler work: reporting processes only report)."""
     return optuna.load_study(
-        study_name=study_name, storage=open_storage(url), sampler=optuna.samplers.RandomSampler()
+        study_name=study_name,
+        storage=open_storage(url, retry_seconds=RETRY_SECONDS),
+        sampler=optuna.samplers.RandomSampler()
     )

@@ -34,3 +34,23 @@ def digits_failing_on_three_ranks(val_fraction: float) -> Dataset:
     if comm.size == 3 and comm.rank == 1:
         raise RuntimeError("user dataset exploded on rank 1 of 3")
     return load_dataset("digits", val_fraction)
+
+
+def digits_rank1_dies_once(val_fraction: float) -> Dataset:
+    """Rank 1 of the first job to get here dies hard 1 s into training; later jobs train.
+
+    The job's [launcher] env names a directory (DETOL_FAULT_DIR) that remembers the first job.
+    """
+    import os
+    import threading
+
+    from mpi4py import MPI
+
+    marker = os.path.join(os.environ["DETOL_FAULT_DIR"], "rank-died")
+    comm = MPI.COMM_WORLD
+    first = comm.bcast(not os.path.exists(marker) if comm.rank == 0 else None)
+    comm.Barrier()
+    if first and comm.rank == 1:
+        open(marker, "w").close()
+        threading.Timer(1.0, os._exit, (9,)).start()
+    return load_dataset("digits", val_fraction)

@@ -29,9 +29,25 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class PostgresServer:
+    """A running throwaway server: ``url`` to connect, ``restart()`` to take it away briefly."""
+
+    def __init__(self, url: str, pg_ctl: list[str]) -> None:
+        self.url = url
+        self._pg_ctl = pg_ctl
+
+    def stop(self) -> None:
+        subprocess.run([*self._pg_ctl, "-m", "immediate", "-w", "stop"], check=True,
+                       capture_output=True, timeout=120)
+
+    def start(self) -> None:
+        subprocess.run([*self._pg_ctl, "-w", "start"], check=True, capture_output=True,
+                       timeout=120)
+
+
 @pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
-    """``postgresql://detol:PASSWORD@127.0.0.1:PORT/detol`` on a fresh server."""
+def postgres_server() -> Iterator[PostgresServer]:
+    """A fresh server; its URL is ``postgresql://detol:PASSWORD@127.0.0.1:PORT/detol``."""
     # Not under pytest's basetemp: that is private to root, and the server runs as 'postgres'.
     root = Path(tempfile.mkdtemp(prefix="detol-pg-"))
     data = root / "data"
@@ -52,13 +68,21 @@ def postgres_url() -> Iterator[str]:
 
     pg(_pg_bin("initdb"), "-D", str(data), "-U", "detol", "--auth=scram-sha-256",
        f"--pwfile={pwfile}", "--no-sync")
-    pg(_pg_bin("pg_ctl"), "-D", str(data), "-l", str(root / "log"), "-w", "-o",
-       f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off", "start")
+    pg_ctl = [*run_as, _pg_bin("pg_ctl"), "-D", str(data), "-l", str(root / "log"), "-o",
+              f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off "
+              "-c max_connections=200"]
+    server = PostgresServer(f"postgresql://detol:{password}@127.0.0.1:{port}/detol", pg_ctl)
+    server.start()
     try:
         env = {**os.environ, "PGPASSWORD": password}
         subprocess.run([_pg_bin("createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "detol",
                         "detol"], check=True, env=env, capture_output=True, timeout=60)
-        yield f"postgresql://detol:{password}@127.0.0.1:{port}/detol"
+        yield server
     finally:
-        pg(_pg_bin("pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop")
+        server.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres_server: PostgresServer) -> str:
+    return postgres_server.url

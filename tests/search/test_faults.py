@@ -1,0 +1,275 @@
+"""Faults, for real: a Dask worker or the driver SIGKILLed, an MPI rank dying, a trial past its
+timeout, the PostgreSQL server restarted. Each study still ends with its budget and nothing
+left RUNNING."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import textwrap
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import FrozenTrial, TrialState
+
+from tests.cli_helpers import search_command
+from tests.search.conftest import PostgresServer
+from tests.search.test_recovery import _processes_tagged
+from training.launch import open_storage
+
+
+def _inline(table: dict[str, str]) -> str:
+    """A TOML inline table."""
+    return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in table.items()) + " }"
+
+
+def _objective_module(directory: Path, body: str) -> None:
+    (directory / "faulty.py").write_text(textwrap.dedent(body))
+
+
+def _function_study(directory: Path, *, trials: int, concurrency: int, extra: str = "") -> Path:
+    path = directory / "study.toml"
+    path.write_text(textwrap.dedent(f"""\
+        name = "faults"
+        objective = "faulty:objective"
+        metric = "score"
+        direction = "maximize"
+        pruner = "none"
+        [strategy]
+        name = "random"
+        seed = 3
+        [budget]
+        trials = {trials}
+        concurrency = {concurrency}
+        {extra}
+        [space]
+        x = {{ type = "float", low = 0, high = 1 }}
+        """))
+    return path
+
+
+def _start(study: Path, storage: str, cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen([*search_command(), "run", str(study), "--storage", storage,
+                             "--no-progress"], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def _trials(storage: str, name: str = "faults") -> list[FrozenTrial]:
+    return optuna.load_study(study_name=name, storage=open_storage(storage)).get_trials()
+
+
+def _states(trials: list[FrozenTrial]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for t in trials:
+        out[t.state.name] = out.get(t.state.name, 0) + 1
+    return out
+
+
+def test_killed_dask_worker_fails_its_trial_and_the_parameters_run_again(tmp_path: Path) -> None:
+    # The first trial to start records its worker's pid and sleeps; the test SIGKILLs that
+    # worker. Every other call (the retry included) answers at once.
+    _objective_module(tmp_path, f"""
+        import os, time
+        from pathlib import Path
+
+        VICTIM = Path({str(tmp_path)!r}) / "victim"
+
+        def objective(params):
+            if not VICTIM.exists():
+                VICTIM.with_suffix(".tmp").write_text(str(os.getpid()))
+                VICTIM.with_suffix(".tmp").rename(VICTIM)
+                time.sleep(120)
+            time.sleep(0.2)
+            return params["x"]
+        """)
+    study = _function_study(tmp_path, trials=6, concurrency=2)
+    storage = str(tmp_path / "s.journal")
+    proc = _start(study, storage, tmp_path)
+    victim = tmp_path / "victim"
+    _wait_for(victim.exists, "the first trial to start")
+    worker_pid = int(victim.read_text())
+    assert worker_pid != proc.pid
+    os.kill(worker_pid, signal.SIGKILL)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out + err
+
+    trials = _trials(storage)
+    assert _states(trials) == {"COMPLETE": 6, "FAIL": 1}
+    (failed,) = [t for t in trials if t.state is TrialState.FAIL]
+    reason = failed.user_attrs["exit_reason"]
+    assert "worker" in reason.lower() and "re-queued (attempt 2 of 2)" in reason
+    assert failed.user_attrs["detol:requeued"] is True
+    (retry,) = [t for t in trials if t.user_attrs.get("detol:retry_of") == failed.number]
+    assert retry.state is TrialState.COMPLETE
+    assert retry.params == failed.params
+    assert retry.user_attrs["detol:attempt"] == 2
+
+
+def test_retries_stop_at_max_retries(tmp_path: Path) -> None:
+    # Every run of x's parameters kills its worker: 1 + max_retries attempts, then given up.
+    _objective_module(tmp_path, """
+        import os, signal
+
+        def objective(params):
+            os.kill(os.getpid(), signal.SIGKILL)
+        """)
+    study = _function_study(tmp_path, trials=1, concurrency=1,
+                            extra="max_retries = 2\nmax_failures = 3")
+    storage = str(tmp_path / "s.journal")
+    proc = _start(study, storage, tmp_path)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, out + err  # stopped by max_failures
+    trials = _trials(storage)
+    assert [t.state for t in trials] == [TrialState.FAIL] * 3
+    assert len({json.dumps(t.params) for t in trials}) == 1  # the same parameters, 3 times
+    assert [t.user_attrs.get("detol:attempt", 1) for t in trials] == [1, 2, 3]
+    assert "not re-queued (attempt 3, budget.max_retries=2)" in trials[2].user_attrs["exit_reason"]
+
+
+def test_killed_driver_resumes_without_losing_or_repeating_finished_trials(
+    tmp_path: Path,
+) -> None:
+    _objective_module(tmp_path, """
+        import time
+
+        def objective(params):
+            time.sleep(1.0)
+            return params["x"]
+        """)
+    study = _function_study(tmp_path, trials=8, concurrency=2)
+    storage = str(tmp_path / "s.journal")
+    proc = _start(study, storage, tmp_path)
+
+    def some_finished() -> bool:
+        try:
+            trials = _trials(storage)
+        except KeyError:
+            return False
+        done = sum(t.state is TrialState.COMPLETE for t in trials)
+        return done >= 3 and any(t.state is TrialState.RUNNING for t in trials)
+
+    _wait_for(some_finished, "three finished trials")
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and its local Dask cluster, as a crash
+    proc.communicate(timeout=30)
+    before = {t.number: t for t in _trials(storage) if t.state is TrialState.COMPLETE}
+    orphans = [t for t in _trials(storage) if t.state is TrialState.RUNNING]
+    assert orphans
+
+    again = _start(study, storage, tmp_path)
+    out, err = again.communicate(timeout=180)
+    assert again.returncode == 0, out + err
+    assert out.count("its driver died") == len(orphans)
+
+    trials = _trials(storage)
+    assert _states(trials) == {"COMPLETE": 8, "FAIL": len(orphans)}
+    for number, t in before.items():  # nothing finished was lost or changed
+        assert trials[number].state is TrialState.COMPLETE and trials[number].value == t.value
+    for orphan in orphans:
+        failed = trials[orphan.number]
+        assert "died while the trial ran" in failed.user_attrs["exit_reason"]
+        (retry,) = [t for t in trials if t.user_attrs.get("detol:retry_of") == orphan.number]
+        assert retry.params == orphan.params and retry.state is TrialState.COMPLETE
+    keys = [json.dumps(t.params, sort_keys=True) for t in trials if t.state is TrialState.COMPLETE]
+    assert len(keys) == len(set(keys))  # no parameters evaluated twice to completion
+
+
+@pytest.mark.mpi
+def test_dead_rank_fails_its_trial_quickly_and_the_worker_runs_the_next(
+    tmp_path: Path, write_study: Callable[..., Path], helpers_env: dict[str, str]
+) -> None:
+    env = {**helpers_env, "DETOL_FAULT_DIR": str(tmp_path)}
+    study = write_study(
+        top='pruner = "none"\nstrategy = "random"',
+        training={"dataset": '"_trial_helpers:digits_rank1_dies_once"', "epochs": "3",
+                  "ranks": "2", "hidden": "16"},
+        tail=f"[budget]\ntrials = 2\nmax_failures = 3\n[launcher]\nenv = {_inline(env)}",
+    )
+    storage = str(tmp_path / "s.journal")
+    done = subprocess.run([*search_command(), "run", str(study), "--storage", storage,
+                           "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    trials = _trials(storage, "t")
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE, TrialState.COMPLETE]
+    failed = trials[0]
+    assert "rank" in failed.user_attrs["exit_reason"].lower() or "exit" in failed.user_attrs[
+        "exit_reason"].lower()
+    assert failed.user_attrs["wall_time_s"] < 60  # bounded: no rank waits forever
+    assert "detol:requeued" not in failed.user_attrs  # the trial's own failure: not retried
+
+
+@pytest.mark.mpi
+def test_trial_past_its_timeout_is_stopped_and_recorded(
+    tmp_path: Path, write_study: Callable[..., Path]
+) -> None:
+    tag = f"detol-test-{uuid.uuid4().hex}"
+    study = write_study(
+        top='pruner = "none"\nstrategy = "random"',
+        training={"epochs": "1000", "ranks": "2"},
+        tail=f"[budget]\ntrials = 1\ntrial_timeout = 6\nmax_failures = 1\n"
+             f'[launcher]\nenv = {{ DETOL_TEST_TAG = "{tag}" }}',
+    )
+    storage = str(tmp_path / "s.journal")
+    started = time.monotonic()
+    done = subprocess.run([*search_command(), "run", str(study), "--storage", storage,
+                           "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr  # max_failures reached
+    (trial,) = _trials(storage, "t")
+    assert trial.state is TrialState.FAIL
+    assert "timeout" in trial.user_attrs["exit_reason"].lower()
+    assert 6 <= trial.user_attrs["wall_time_s"] < 20
+    assert time.monotonic() - started < 90
+    assert _processes_tagged(tag) == []
+
+
+@pytest.mark.mpi
+def test_postgresql_restart_during_a_study_loses_nothing(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    _objective_module(tmp_path, """
+        import time
+
+        def objective(params, report):
+            for step in range(3):
+                time.sleep(0.1)
+                report(step, params["x"] * step)  # the worker writes to the database too
+            return params["x"]
+        """)
+    study = _function_study(tmp_path, trials=24, concurrency=2).read_text()
+    study = study.replace('name = "faults"', f'name = "pg-restart-{uuid.uuid4().hex[:8]}"')
+    name = study.split('"')[1]
+    path = tmp_path / "pg.toml"
+    path.write_text(study)
+    url = postgres_server.url
+    proc = _start(path, url, tmp_path)
+
+    def finished() -> int:
+        try:
+            return sum(t.state is TrialState.COMPLETE for t in _trials(url, name))
+        except KeyError:
+            return 0
+
+    _wait_for(lambda: finished() >= 5, "five finished trials")
+    postgres_server.stop()
+    time.sleep(3)  # the driver and the workers meet a dead server
+    postgres_server.start()
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, out + err
+    assert "retrying" in err
+    trials = _trials(url, name)
+    reasons = [t.user_attrs.get("exit_reason") for t in trials if t.state is TrialState.FAIL]
+    assert _states(trials) == {"COMPLETE": 24}, reasons
+    assert all(len(t.intermediate_values) == 3 for t in trials)
