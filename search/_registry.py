@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import optuna
 
+import spaces
+from search._errors import StudyError
+from search._samplers import EvolutionSampler, GenomeChildGeneration, ReinforceSampler
 from training.launch import build_pruner
 
 
@@ -30,22 +34,107 @@ class PrunerSpec:
         return build_pruner(self.to_json())
 
 
-def _random(options: dict[str, Any], seed: int | None) -> optuna.samplers.BaseSampler:
+def _single_objective(name: str, directions: list[str]) -> None:
+    if len(directions) > 1:
+        raise StudyError(
+            "strategy",
+            f"{name!r} optimises one objective, this study has {len(directions)}; "
+            "use 'nsga2', 'tpe', 'gp' or 'random'",
+        )
+
+
+def _random(
+    options: dict[str, Any], seed: int | None, space: spaces.Space, directions: list[str]
+) -> optuna.samplers.BaseSampler:
     return optuna.samplers.RandomSampler(seed=seed)
 
 
-def _tpe(options: dict[str, Any], seed: int | None) -> optuna.samplers.BaseSampler:
+def _tpe(
+    options: dict[str, Any], seed: int | None, space: spaces.Space, directions: list[str]
+) -> optuna.samplers.BaseSampler:
     # multivariate + constant liar: pending trials count, so concurrent asks spread out.
     return optuna.samplers.TPESampler(
         seed=seed,
         n_startup_trials=options["startup_trials"],
+        n_ei_candidates=options["ei_candidates"],
         multivariate=True,
         group=True,
         constant_liar=True,
     )
 
 
-STRATEGIES = {"random": _random, "tpe": _tpe}
+def _gp(
+    options: dict[str, Any], seed: int | None, space: spaces.Space, directions: list[str]
+) -> optuna.samplers.BaseSampler:
+    # Optuna's GP conditions on RUNNING trials itself (q-batch log EI / EHVI), so concurrent
+    # asks do not pile onto one point.
+    return optuna.samplers.GPSampler(seed=seed, n_startup_trials=options["startup_trials"])
+
+
+def _evolution(
+    options: dict[str, Any], seed: int | None, space: spaces.Space, directions: list[str]
+) -> optuna.samplers.BaseSampler:
+    _single_objective("evolution", directions)
+    return EvolutionSampler(
+        space=space,
+        population=options["population"],
+        tournament=options["tournament"],
+        mutation_prob=options["mutation_prob"],
+        crossover_prob=options["crossover_prob"],
+        seed=seed,
+    )
+
+
+def _reinforce(
+    options: dict[str, Any], seed: int | None, space: spaces.Space, directions: list[str]
+) -> optuna.samplers.BaseSampler:
+    _single_objective("reinforce", directions)
+    return ReinforceSampler(
+        space=space,
+        learning_rate=options["learning_rate"],
+        entropy_weight=options["entropy_weight"],
+        baseline_decay=options["baseline_decay"],
+        bins=options["bins"],
+        seed=seed,
+    )
+
+
+def _nsga2(
+    options: dict[str, Any], seed: int | None, space: spaces.Space, directions: list[str]
+) -> optuna.samplers.BaseSampler:
+    # NSGA-II's own selection; children made with the genome operators (GenomeChildGeneration).
+    children = GenomeChildGeneration(
+        space=space,
+        crossover_prob=options["crossover_prob"],
+        mutation_prob=options["mutation_prob"],
+        seed=seed,
+    )
+    with warnings.catch_warnings():  # child_generation_strategy is marked experimental
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.NSGAIISampler(
+            population_size=options["population"],
+            seed=seed,
+            child_generation_strategy=children,
+        )
+
+
+STRATEGIES = {
+    "random": _random,
+    "tpe": _tpe,
+    "gp": _gp,
+    "evolution": _evolution,
+    "reinforce": _reinforce,
+    "nsga2": _nsga2,
+}
+# The study-file options each strategy reads, with its defaults (tuned on NAS-Bench-201).
+STRATEGY_OPTIONS: dict[str, dict[str, Any]] = {
+    "random": {},
+    "tpe": {"startup_trials": 10, "ei_candidates": 24},
+    "gp": {"startup_trials": 10},
+    "evolution": {"population": 20, "tournament": 10, "mutation_prob": None, "crossover_prob": 0.0},
+    "reinforce": {"learning_rate": 0.1, "entropy_weight": 0.0, "baseline_decay": 0.9, "bins": 8},
+    "nsga2": {"population": 50, "mutation_prob": None, "crossover_prob": 0.9},
+}
 
 
 def _none(o: dict[str, Any]) -> PrunerSpec:
@@ -145,9 +234,27 @@ PRUNER_OPTIONS: dict[str, tuple[str, ...]] = {
 
 
 def build_sampler(
-    name: str, options: dict[str, Any], seed: int | None
+    name: str,
+    options: dict[str, Any],
+    seed: int | None,
+    space: spaces.Space,
+    directions: list[str],
 ) -> optuna.samplers.BaseSampler:
-    return STRATEGIES[name](options, seed)
+    """The strategy's sampler; options left out (or None) take the strategy's defaults."""
+    if name not in STRATEGIES:
+        known = sorted(STRATEGIES)
+        raise StudyError("strategy.name", f"unknown strategy {name!r} (known: {known})")
+    defaults = STRATEGY_OPTIONS[name]
+    own = defaults | {k: v for k, v in options.items() if k in defaults and v is not None}
+    try:
+        return STRATEGIES[name](own, seed, space, directions)
+    except ValueError as exc:
+        if isinstance(exc, StudyError):
+            raise
+        key, sep, rest = str(exc).partition(": ")  # sampler errors start with the argument
+        if sep and key in defaults:
+            raise StudyError(f"strategy.{key}", rest) from None
+        raise StudyError("strategy", str(exc)) from None
 
 
 def pruner_spec(name: str, options: dict[str, Any]) -> PrunerSpec:

@@ -50,7 +50,9 @@ def open_study(sf: StudyFile, storage: BaseStorage) -> optuna.Study:
     seed = sf.strategy.seed
     if seed is not None and existing is not None:
         seed += len(existing.get_trials(deepcopy=False))
-    sampler = build_sampler(sf.strategy.name, sf.strategy.model_dump(), seed)
+    sampler = build_sampler(
+        sf.strategy.name, sf.strategy.model_dump(), seed, sf.search_space, sf.directions
+    )
     pruner = pruner_spec(sf.pruner.name, sf.pruner.spec_options(sf.training.epochs)).build()
     study = optuna.create_study(
         study_name=sf.name,

@@ -24,9 +24,10 @@ from pydantic import (
 )
 
 import spaces
+from search._cluster import BACKENDS, Adapt, check_backend_options
 from search._errors import StudyError
 from search._objectives import check_objective
-from search._registry import PRUNER_OPTIONS, PRUNERS, STRATEGIES
+from search._registry import PRUNER_OPTIONS, PRUNERS, STRATEGIES, STRATEGY_OPTIONS
 from training.launch import DEFAULT_LAUNCHER, METRICS, SEARCHABLE, TrainConfig
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
@@ -61,9 +62,42 @@ def _one_of(registry: Mapping[str, object], kind: str) -> AfterValidator:
 
 
 class Strategy(_Strict):
+    """The sampler. Each strategy reads only its own options (left out: its tuned default, see
+    ``STRATEGY_OPTIONS``); any other key is an error."""
+
     name: Annotated[str, _one_of(STRATEGIES, "strategy")] = "tpe"
     seed: int | None = None
-    startup_trials: int = Field(10, ge=0, description="tpe: random trials before the model")
+    startup_trials: int | None = Field(None, ge=0, description="tpe/gp: random trials first")
+    ei_candidates: int | None = Field(None, ge=1, description="tpe: candidates scored per ask")
+    population: int | None = Field(None, ge=2, description="evolution/nsga2: population size")
+    tournament: int | None = Field(None, ge=1, description="evolution: members per tournament")
+    mutation_prob: float | None = Field(
+        None, ge=0, le=1, description="evolution/nsga2: chance each unit mutates (1/units)"
+    )
+    crossover_prob: float | None = Field(
+        None, ge=0, le=1, description="evolution/nsga2: chance a child has two parents"
+    )
+    learning_rate: float | None = Field(None, gt=0, description="reinforce: policy step size")
+    entropy_weight: float | None = Field(None, ge=0, description="reinforce: entropy bonus")
+    baseline_decay: float | None = Field(
+        None, ge=0, lt=1, description="reinforce: moving-average baseline decay"
+    )
+    bins: int | None = Field(None, ge=2, description="reinforce: arms for a numeric dimension")
+
+    @model_validator(mode="after")
+    def _own_options(self) -> Strategy:
+        allowed = set(STRATEGY_OPTIONS[self.name])
+        for key in sorted(self.model_fields_set - {"name", "seed"} - allowed):
+            raise StudyError(
+                f"strategy.{key}",
+                f"not an option of the {self.name!r} strategy (its options: {sorted(allowed)})",
+            )
+        if (
+            self.tournament is not None
+            and self.tournament > (self.population or STRATEGY_OPTIONS[self.name]["population"])
+        ):
+            raise StudyError("strategy.tournament", "must be <= population")
+        return self
 
 
 class Pruner(_Strict):
@@ -108,6 +142,9 @@ class Pruner(_Strict):
 class Launcher(_Strict):
     command: str = Field(DEFAULT_LAUNCHER, description="MPI launcher; {ranks} is replaced")
     env: dict[str, str] = Field(default_factory=dict)
+    warm: bool = Field(
+        False, description="keep a warm pool of MPI ranks per Dask worker that runs many trials"
+    )
 
     @field_validator("command")
     @classmethod
@@ -120,10 +157,53 @@ class Launcher(_Strict):
 
 
 class Cluster(_Strict):
+    """Where trials run. Each backend reads only its own options (``search._cluster.BACKENDS``)."""
+
+    backend: Annotated[str, _one_of(BACKENDS, "cluster backend")] = Field(
+        "local", description="local | address | slurm | pbs | kubernetes | cloud"
+    )
     address: str | None = Field(None, description="existing Dask scheduler, e.g. tcp://host:8786")
-    workers: int | None = Field(None, ge=1, description="local workers (default: concurrency)")
-    slots_per_worker: int | None = Field(None, ge=1, description="MPI slots per local worker")
+    workers: int | None = Field(None, ge=0, description="workers (jobs, pods, VMs) at start")
+    slots_per_worker: int | None = Field(None, ge=1, description="MPI slots (ranks) per worker")
     connect_timeout: float = Field(10.0, gt=0)
+    adapt: Adapt | None = Field(None, description="adaptive scaling between minimum and maximum")
+    dashboard: bool | str = Field(False, description="true (127.0.0.1:8787) or an address")
+    scheduler_host: str | None = Field(None, description="scheduler listens here (127.0.0.1)")
+    interface: str | None = Field(None, description="slurm/pbs: network interface, e.g. ib0")
+    queue: str | None = Field(None, description="slurm partition / pbs queue")
+    account: str | None = None
+    walltime: str | None = Field(None, description="per job, e.g. 04:00:00")
+    memory: str | None = Field(None, description="per job (per node), e.g. 16GB")
+    cpus_per_slot: int = Field(1, ge=1, description="cores per MPI rank")
+    nodes: int | None = Field(None, ge=1, description="nodes per job (multi-node MPI)")
+    job_extra_directives: list[str] = Field(default_factory=list)
+    job_script_prologue: list[str] = Field(default_factory=list)
+    python: str | None = Field(None, description="python on the compute nodes")
+    log_directory: str | None = None
+    resource_spec: str | None = Field(None, description="pbs: -l select=... line (computed)")
+    name: str = Field("detol", description="kubernetes: DaskCluster name")
+    image: str | None = Field(None, description="kubernetes/cloud: container image")
+    namespace: str | None = None
+    resources: dict[str, dict[str, str | int | float]] = Field(
+        default_factory=dict, description="kubernetes: worker requests/limits"
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="kubernetes/cloud: env vars")
+    provider: str | None = Field(None, description="cloud: ec2 | gcp | azure")
+    instance_type: str | None = None
+    region: str | None = None
+    provider_options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _address_implies_backend(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("address") and "backend" not in data:
+            return {**data, "backend": "address"}  # older study files: address alone
+        return data
+
+    @model_validator(mode="after")
+    def _own_options(self) -> Cluster:
+        check_backend_options(self)
+        return self
 
 
 class _Float(_Strict):

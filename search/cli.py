@@ -117,6 +117,17 @@ def run(
     scheduler: Annotated[
         str | None, typer.Option(help="address of an existing Dask scheduler")
     ] = None,
+    backend: Annotated[
+        str | None,
+        typer.Option(help="override cluster.backend: local, address, slurm, pbs, kubernetes, "
+                     "cloud (docs/clusters.md)"),
+    ] = None,
+    adapt_min: Annotated[
+        int | None, typer.Option(min=0, help="adaptive scaling: fewest workers (cluster.adapt)")
+    ] = None,
+    adapt_max: Annotated[
+        int | None, typer.Option(min=1, help="adaptive scaling: most workers (cluster.adapt)")
+    ] = None,
     trials: Annotated[
         int | None, typer.Option(min=1, help="override budget.trials (total)")
     ] = None,
@@ -126,7 +137,7 @@ def run(
     progress: Annotated[bool, typer.Option(help="live progress bar on a terminal")] = True,
 ) -> None:
     """Run (or resume) the study in STUDY_FILE until it holds budget.trials finished trials."""
-    from search._cluster import open_client
+    from search._cluster import open_client, with_overrides
 
     # A worker that dies mid-trial fails that trial at once (the driver re-queues its parameters)
     # instead of Dask silently re-running it under the same trial number.
@@ -147,13 +158,12 @@ def run(
             return
         # Check the cluster (and launcher) before anything is written to the storage.
         with open_client(
-            address=scheduler or sf.cluster.address,
+            with_overrides(sf.cluster, backend=backend, scheduler=scheduler,
+                           adapt_min=adapt_min, adapt_max=adapt_max),
             concurrency=n_parallel,
             max_ranks=sf.max_ranks,
             launcher=sf.launcher.command,
-            workers=sf.cluster.workers,
-            slots_per_worker=sf.cluster.slots_per_worker,
-            connect_timeout=sf.cluster.connect_timeout,
+            study_name=sf.name,
         ) as client:
             study = open_study(sf, storage_obj)
             for number in recover_orphans(study, sf.budget.max_retries):

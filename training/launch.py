@@ -105,6 +105,10 @@ def run_trial(
     """
     spec = TrialSpec.from_json(spec_data)
     config = TrainConfig.model_validate(spec.config)
+    if spec.warm:  # one long-lived MPI job per Dask worker and launcher line serves many trials
+        from training._pool import run_warm_trial
+
+        return run_warm_trial(spec, config, should_stop=should_stop)
     started = time.time()
     stopped = ""
     with tempfile.TemporaryDirectory(prefix="detol-trial-") as tmp:

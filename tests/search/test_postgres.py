@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -42,3 +43,51 @@ def test_wrong_password_is_a_clear_error_without_the_password(postgres_url: str)
     message = str(info.value)
     assert "cannot connect to" in message and "password authentication failed" in message
     assert "wrong-pass-456" not in message
+
+
+def _clients_ask_and_tell(url: str, name: str, trials: int) -> int:
+    """One client process: ``trials`` ask + report + tell on the shared study."""
+    study = optuna.load_study(study_name=name, storage=open_storage(url))
+    for _ in range(trials):
+        trial = study.ask()
+        x = trial.suggest_float("x", 0, 1)
+        trial.report(x, step=0)
+        study.tell(trial, x)
+    return trials
+
+
+def test_four_concurrent_clients_fifty_trials_each(postgres_url: str) -> None:
+    import multiprocessing
+
+    name = "concurrent-clients"
+    optuna.create_study(study_name=name, storage=open_storage(postgres_url))
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        done = pool.starmap(_clients_ask_and_tell, [(postgres_url, name, 50)] * 4)
+    assert done == [50] * 4  # no client raised (no lock or serialization error)
+    trials = optuna.load_study(study_name=name, storage=open_storage(postgres_url)).get_trials()
+    assert len(trials) == 200
+    assert all(t.state is TrialState.COMPLETE for t in trials)
+    assert sorted(t.number for t in trials) == list(range(200))  # numbers unique, none skipped
+    assert all(t.intermediate_values == {0: t.value} for t in trials)
+
+
+def test_search_run_four_workers_two_hundred_trials(postgres_url: str, tmp_path: Path) -> None:
+    (tmp_path / "quick.py").write_text("def objective(params):\n    return params['x'] ** 2\n")
+    (tmp_path / "study.toml").write_text(
+        'name = "pg-four-workers"\nobjective = "quick:objective"\nmetric = "y"\n'
+        'direction = "minimize"\npruner = "none"\n[strategy]\nname = "random"\nseed = 0\n'
+        "[budget]\ntrials = 200\nconcurrency = 4\n"
+        '[space]\nx = { type = "float", low = -1, high = 1 }\n'
+    )
+    done = subprocess.run([*search_command(), "run", "study.toml", "--storage", postgres_url,
+                           "--no-progress"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    password = postgres_url.split(":")[2].split("@")[0]
+    assert password not in done.stdout + done.stderr
+    study = optuna.load_study(study_name="pg-four-workers", storage=open_storage(postgres_url))
+    trials = study.get_trials()
+    assert len(trials) == 200 and all(t.state is TrialState.COMPLETE for t in trials)
+    assert all(t.value == t.params["x"] ** 2 for t in trials)
+    stored = json.dumps([t.user_attrs for t in trials] + [study.user_attrs], default=str)
+    assert password not in stored

@@ -1,0 +1,20 @@
+"""Search strategies that Optuna lacks, as Optuna samplers: aging evolution, a REINFORCE
+controller, and NSGA-II's child generation with the genome operators.
+
+Each reads its state (population, policy) from the study's trials in storage, so a resumed study
+continues where it stopped; each is seeded per trial (same seed, same sequence).
+"""
+
+from search._samplers._base import ProposalSampler, candidate_key
+from search._samplers._evolution import EvolutionSampler
+from search._samplers._nsga2 import GenomeChildGeneration
+from search._samplers._reinforce import Policy, ReinforceSampler
+
+__all__ = [
+    "EvolutionSampler",
+    "GenomeChildGeneration",
+    "Policy",
+    "ProposalSampler",
+    "ReinforceSampler",
+    "candidate_key",
+]

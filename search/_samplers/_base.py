@@ -1,0 +1,246 @@
+"""What the space-aware samplers share: a whole proposal per trial, served name by name.
+
+Evolution and REINFORCE decide a trial's parameters jointly (a mutated genome, a policy draw), but
+Optuna asks for them one at a time, define-by-run. :class:`ProposalSampler` computes the proposal
+on the first ``sample_independent`` call of a trial and answers every later call from it; a name
+the proposal lacks (or a value the asked distribution does not hold) falls back to random.
+
+Proposals are built by running ``space.suggest`` against a :class:`Recorder`, a stand-in trial that
+answers each ``suggest_*`` from a chooser (uniform, a policy, ...) and records the distributions:
+the names and choices come out exactly as ``space.suggest(trial)`` asks for them, genome included.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalChoiceType,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+from optuna.study import Study, StudyDirection
+from optuna.trial import FrozenTrial, TrialState
+
+import spaces
+
+GENOME = "genome"  # the name a genome family has in a study's space
+# A chooser answers one decision: (rng, name, distribution) -> external value.
+Chooser = Callable[[np.random.Generator, str, BaseDistribution], Any]
+
+_ALL_STATES = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING, TrialState.PRUNED)
+
+
+def uniform_choice(rng: np.random.Generator, name: str, dist: BaseDistribution) -> Any:
+    """A uniform draw from ``dist`` (log-uniform for log scales, on the step grid)."""
+    if isinstance(dist, CategoricalDistribution):
+        return dist.choices[int(rng.integers(len(dist.choices)))]
+    return from_unit(dist, float(rng.random()))
+
+
+def to_unit(dist: FloatDistribution | IntDistribution, value: float) -> float:
+    """A numeric value mapped to [0, 1] (log scale when the distribution has one)."""
+    low, high, x = float(dist.low), float(dist.high), float(value)
+    if dist.log:
+        low, high, x = math.log(low), math.log(high), math.log(x)
+    return 0.0 if high == low else min(1.0, max(0.0, (x - low) / (high - low)))
+
+
+def from_unit(dist: FloatDistribution | IntDistribution, u: float) -> float | int:
+    """The inverse of :func:`to_unit`, rounded onto the distribution's grid."""
+    low, high = float(dist.low), float(dist.high)
+    u = min(1.0, max(0.0, u))
+    x = math.exp(math.log(low) + u * (math.log(high) - math.log(low))) if dist.log else (
+        low + u * (high - low)
+    )
+    if isinstance(dist, IntDistribution):
+        step = dist.step
+        return int(min(dist.high, max(dist.low, dist.low + round((x - dist.low) / step) * step)))
+    if dist.step is not None:
+        n = round((x - low) / dist.step)
+        return float(min(high, max(low, low + n * dist.step)))
+    return float(min(high, max(low, x)))
+
+
+class Recorder:
+    """A stand-in trial for ``space.suggest``: each decision comes from ``chooser``; the params
+    and distributions it was asked for are recorded, in order."""
+
+    def __init__(self, chooser: Chooser, rng: np.random.Generator) -> None:
+        self.chooser = chooser
+        self.rng = rng
+        self.params: dict[str, Any] = {}
+        self.distributions: dict[str, BaseDistribution] = {}
+
+    def _ask(self, name: str, dist: BaseDistribution) -> Any:
+        if name not in self.params:
+            self.params[name] = self.chooser(self.rng, name, dist)
+            self.distributions[name] = dist
+        return self.params[name]
+
+    def suggest_categorical(self, name: str, choices: Sequence[CategoricalChoiceType]) -> Any:
+        return self._ask(name, CategoricalDistribution(tuple(choices)))
+
+    def suggest_float(
+        self, name: str, low: float, high: float, *, step: float | None = None, log: bool = False
+    ) -> float:
+        return self._ask(name, FloatDistribution(low, high, step=step, log=log))
+
+    def suggest_int(
+        self, name: str, low: int, high: int, *, step: int = 1, log: bool = False
+    ) -> int:
+        return self._ask(name, IntDistribution(low, high, step=step, log=log))
+
+
+def draw(space: spaces.Space, chooser: Chooser, rng: np.random.Generator) -> Recorder:
+    """Run ``space.suggest`` against a :class:`Recorder`; returns it (params, distributions)."""
+    recorder = Recorder(chooser, rng)
+    space.suggest(recorder)  # type: ignore[arg-type]  # duck-typed trial
+    return recorder
+
+
+def family_of(space: spaces.Space) -> spaces.GenomeFamily | None:
+    dim = space.get(GENOME)
+    return dim if isinstance(dim, spaces.GenomeFamily) else None
+
+
+def candidate_key(space: spaces.Space, params: dict[str, Any]) -> tuple[Any, ...] | None:
+    """What makes two trials the same candidate: the genome's canonical key (isomorphic cells
+    are one network) and the scalar values. None when ``params`` is incomplete."""
+    family = family_of(space)
+    scalars = []
+    for name in space:
+        if name == GENOME:
+            continue
+        if name not in params:
+            return None
+        scalars.append(repr(params[name]))
+    if family is None:
+        return ("", *scalars)
+    try:
+        genome = family.from_params(params, prefix=GENOME)
+    except ValueError:
+        return None
+    return (genome.key, *scalars)
+
+
+def sign(study: Study) -> float:
+    """+1 to maximise, -1 to minimise the (single) objective: ``sign * value`` is a reward."""
+    return 1.0 if study.direction == StudyDirection.MAXIMIZE else -1.0
+
+
+def complete_in_order(study: Study) -> list[FrozenTrial]:
+    """COMPLETE trials with a finite value, in the order they finished (then by number)."""
+    done = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if t.values is not None and len(t.values) == 1 and math.isfinite(t.values[0])
+    ]
+    done.sort(key=lambda t: (t.datetime_complete or t.datetime_start, t.number))
+    return done
+
+
+def trial_seed(seed: int, number: int) -> np.random.Generator:
+    """The generator for trial ``number``: same seed, same trial -> same stream, in any process."""
+    return np.random.default_rng([seed & (2**63 - 1), number])
+
+
+class ProposalSampler(optuna.samplers.BaseSampler):
+    """Base for samplers that propose a trial's parameters jointly (see the module docstring).
+
+    Subclasses implement :meth:`propose`. The proposal is computed once per trial, lazily, and
+    cached until the trial is told; names it lacks are sampled at random.
+    """
+
+    def __init__(self, *, space: spaces.Space, seed: int | None) -> None:
+        if not isinstance(space, spaces.Space):
+            raise TypeError(f"space: expected a spaces.Space, got {type(space).__name__}")
+        self._space = space
+        self._seed = int(np.random.SeedSequence().entropy % 2**63) if seed is None else seed
+        self._random = optuna.samplers.RandomSampler(seed=seed)
+        self._proposals: dict[int, dict[str, Any]] = {}
+        self._keys: dict[tuple[int, int], tuple[Any, ...] | None] = {}  # (study, trial) -> key
+
+    @abstractmethod
+    def propose(self, study: Study, trial: FrozenTrial, rng: np.random.Generator) -> dict[str, Any]:
+        """The parameters for ``trial`` (external values, by parameter name)."""
+
+    def seen_keys(self, study: Study, exclude: int) -> set[tuple[Any, ...]]:
+        """Candidate keys of every trial that ran, runs or waits (failed ones excepted)."""
+        seen = set()
+        for t in study.get_trials(deepcopy=False, states=_ALL_STATES):
+            if t._trial_id == exclude:  # noqa: SLF001
+                continue
+            cache = (study._study_id, t._trial_id)  # noqa: SLF001
+            key = self._keys.get(cache)
+            if key is None:
+                key = candidate_key(self._space, t.params)
+                if t.state.is_finished():  # params of a finished trial never change
+                    self._keys[cache] = key
+            if key is not None:
+                seen.add(key)
+        return seen
+
+    def random_unique(
+        self, rng: np.random.Generator, seen: set[tuple[Any, ...]], tries: int = 100
+    ) -> dict[str, Any]:
+        """A uniform draw from the space, a candidate not in ``seen`` when one is found."""
+        params: dict[str, Any] = {}
+        for _ in range(tries):
+            params = draw(self._space, uniform_choice, rng).params
+            if candidate_key(self._space, params) not in seen:
+                break
+        return params
+
+    # -- BaseSampler -------------------------------------------------------------------------
+
+    def reseed_rng(self) -> None:
+        self._random.reseed_rng()
+
+    def infer_relative_search_space(
+        self, study: Study, trial: FrozenTrial
+    ) -> dict[str, BaseDistribution]:
+        return {}
+
+    def sample_relative(
+        self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        return {}
+
+    def sample_independent(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        param_name: str,
+        param_distribution: BaseDistribution,
+    ) -> Any:
+        tid = trial._trial_id  # noqa: SLF001
+        if tid not in self._proposals:
+            if len(self._proposals) > 10_000:  # trials asked but never told (crashed callers)
+                self._proposals.clear()
+            self._proposals[tid] = self.propose(study, trial, trial_seed(self._seed, trial.number))
+        proposal = self._proposals[tid]
+        if param_name in proposal:
+            value = proposal[param_name]
+            try:
+                if param_distribution._contains(param_distribution.to_internal_repr(value)):  # noqa: SLF001
+                    return value
+            except (ValueError, TypeError):
+                pass
+        return self._random.sample_independent(study, trial, param_name, param_distribution)
+
+    def after_trial(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        state: TrialState,
+        values: Sequence[float] | None,
+    ) -> None:
+        self._proposals.pop(trial._trial_id, None)  # noqa: SLF001

@@ -1,0 +1,98 @@
+"""NSGA-II's child generation with the genome operators, for ``NSGAIISampler``.
+
+Optuna's NSGA-II keeps its own parts (generations, non-dominated sorting, crowding, elites) and
+takes the step that makes a child from the parent population as an argument
+(``child_generation_strategy``). This one makes children the way evolution does: a binary
+tournament by Pareto dominance picks each parent, the genomes cross with ``spaces.crossover``
+(scalars swap uniformly) with probability ``crossover_prob``, then each unit (the genome, each
+scalar) mutates with probability ``mutation_prob`` (default 1 / units; at least one), the genome
+through ``spaces.mutate``. Constraints are not looked at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from optuna.distributions import BaseDistribution
+from optuna.study import Study, StudyDirection
+from optuna.trial import FrozenTrial
+
+import spaces
+from search._samplers._base import GENOME, family_of
+from search._samplers._evolution import mutate_scalar
+
+
+def _dominates(
+    a: Sequence[float], b: Sequence[float], directions: Sequence[StudyDirection]
+) -> bool:
+    signed = [
+        (x, y) if d == StudyDirection.MINIMIZE else (-x, -y)
+        for x, y, d in zip(a, b, directions, strict=True)
+    ]
+    return all(x <= y for x, y in signed) and any(x < y for x, y in signed)
+
+
+class GenomeChildGeneration:
+    """A ``child_generation_strategy`` for :class:`optuna.samplers.NSGAIISampler`."""
+
+    def __init__(
+        self,
+        *,
+        space: spaces.Space,
+        crossover_prob: float = 0.9,
+        mutation_prob: float | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if not 0 <= crossover_prob <= 1:
+            raise ValueError(f"crossover_prob: must be in [0, 1], got {crossover_prob}")
+        if mutation_prob is not None and not 0 <= mutation_prob <= 1:
+            raise ValueError(f"mutation_prob: must be in [0, 1], got {mutation_prob}")
+        self._space = space
+        self._family = family_of(space)
+        self._crossover_prob = crossover_prob
+        self._mutation_prob = mutation_prob
+        self._rng = np.random.default_rng(seed)
+
+    def _parent(self, study: Study, population: list[FrozenTrial]) -> dict[str, Any]:
+        i, j = self._rng.choice(len(population), size=2, replace=len(population) < 2)
+        a, b = population[i], population[j]
+        b_wins = _dominates(b.values, a.values, study.directions)
+        tie = not b_wins and not _dominates(a.values, b.values, study.directions)
+        if b_wins or (tie and self._rng.random() < 0.5):
+            a = b
+        return dict(a.params)
+
+    def __call__(
+        self,
+        study: Study,
+        search_space: dict[str, BaseDistribution],
+        parent_population: list[FrozenTrial],
+    ) -> dict[str, Any]:
+        rng, family = self._rng, self._family
+        child = self._parent(study, parent_population)
+        units = list(self._space)
+        genome = family.from_params(child, prefix=GENOME) if family is not None else None
+        if rng.random() < self._crossover_prob:
+            other = self._parent(study, parent_population)
+            for name in units:
+                if name != GENOME and name in other and rng.random() < 0.5:
+                    child[name] = other[name]
+            if family is not None and genome is not None:
+                genome = spaces.crossover(
+                    family, genome, family.from_params(other, prefix=GENOME), rng
+                )
+        prob = self._mutation_prob if self._mutation_prob is not None else 1 / len(units)
+        chosen = [u for u in units if rng.random() < prob] or [
+            units[int(rng.integers(len(units)))]
+        ]
+        for name in chosen:
+            if name == GENOME and family is not None and genome is not None:
+                genome = spaces.mutate(family, genome, rng)
+            elif name in search_space and name in child:
+                child[name] = mutate_scalar(search_space[name], child[name], rng)
+        if family is not None and genome is not None:
+            child = {k: v for k, v in child.items() if not k.startswith(GENOME + ".")}
+            child |= family.to_params(genome, prefix=GENOME)
+        return {k: v for k, v in child.items() if k in search_space}

@@ -1,0 +1,121 @@
+"""Warm pools: one MPI job serves many trials, and a crashed trial stays isolated."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from training._pool import idle_pools, shutdown_pools
+from training.launch import run_trial
+
+pytestmark = pytest.mark.mpi
+
+TAG = f"detol-pool-test-{uuid.uuid4().hex[:8]}"
+JOBS = Path(__file__).resolve().parents[1] / "mpi_jobs"  # tests/mpi_jobs/_trial_helpers.py
+ENV = {"DETOL_POOL_TAG": TAG, "PYTHONPATH": os.pathsep.join([str(JOBS), os.environ.get(
+    "PYTHONPATH", "")])}
+DIGITS = {"dataset": "digits", "epochs": 1, "ranks": 2, "hidden": 32, "seed": 3}
+
+
+def _trial(warm: bool = True, timeout_s: float = 120, **config: Any) -> dict[str, Any]:
+    spec = {"config": {**DIGITS, **config}, "env": ENV, "warm": warm, "timeout_s": timeout_s,
+            "ask_time": time.time()}
+    return run_trial(spec)
+
+
+def _tagged(role: str = "") -> list[int]:
+    """PIDs whose environment carries this module's tag (and ``role`` in the command line)."""
+    found = []
+    for env in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if TAG.encode() in env.read_bytes() and role.encode() in (
+                env.parent / "cmdline"
+            ).read_bytes():
+                found.append(int(env.parent.name))
+        except OSError:
+            continue
+    return found
+
+
+def _gone_within(seconds: float, role: str = "") -> list[int]:
+    end = time.monotonic() + seconds
+    while (left := _tagged(role)) and time.monotonic() < end:
+        time.sleep(0.2)
+    return left
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_rank_left_behind() -> Any:
+    yield
+    shutdown_pools()
+    assert _gone_within(15) == [], "a pool's MPI process outlived shutdown_pools()"
+
+
+def test_warm_trials_match_cold_and_skip_the_launch() -> None:
+    cold = _trial(warm=False)
+    first = _trial()
+    second = _trial()
+    for r in (cold, first, second):
+        assert r["state"] == "complete", r["exit_reason"]
+    assert first["values"]["val_accuracy"] == cold["values"]["val_accuracy"]
+    assert second["values"]["val_accuracy"] == cold["values"]["val_accuracy"]
+    assert second["history"] == cold["history"]
+    assert second["pool"]["pid"] == first["pool"]["pid"] and not second["pool"]["fresh"]
+    assert "training.pool" in second["command"]
+    # The second trial finds torch imported: its launch is a fraction of a cold one.
+    assert second["launch_overhead_s"] < 0.5 * first["launch_overhead_s"]
+    assert second["launch_overhead_s"] < 0.5 * cold["launch_overhead_s"]
+
+
+def test_an_exception_on_rank_1_fails_its_trial_and_the_pool_serves_the_next() -> None:
+    bad = _trial(dataset="_trial_helpers:digits_failing_on_two_ranks")
+    assert bad["state"] == "failed"
+    assert "RuntimeError: user dataset exploded on rank 1" in bad["exit_reason"]
+    assert "[rank 1]" in bad["exit_reason"]  # the traceback says where
+    good = _trial()
+    assert good["state"] == "complete", good["exit_reason"]
+    assert good["pool"]["pid"] == bad["pool"]["pid"]
+
+
+def test_an_idle_pool_sleeps_and_shutdown_leaves_no_rank() -> None:
+    assert _trial()["state"] == "complete"
+    ranks = _tagged("training.pool")
+    assert len(ranks) >= 2 and idle_pools()
+    time.sleep(1.0)  # the trial's own tail of work is done
+    before = sum(_cpu_seconds(pid) for pid in ranks)
+    time.sleep(1.5)
+    assert sum(_cpu_seconds(pid) for pid in ranks) - before < 0.15  # no rank spins in MPI
+    shutdown_pools()
+    assert idle_pools() == []
+    assert _gone_within(15) == []
+
+
+def test_a_rank_that_dies_fails_the_trial_and_the_next_gets_a_fresh_pool() -> None:
+    dead = _trial(dataset="_trial_helpers:digits_rank1_dies")
+    assert dead["state"] == "failed"
+    assert "exited with code" in dead["exit_reason"] and "timeout" not in dead["exit_reason"]
+    assert _gone_within(15) == [], "the broken pool's ranks are still alive"
+    after = _trial()
+    assert after["state"] == "complete", after["exit_reason"]
+    assert after["pool"]["fresh"] and after["pool"]["pid"] != dead["pool"]["pid"]
+
+
+def test_a_trial_past_its_timeout_kills_the_pool_and_says_so() -> None:
+    _trial()  # a warm pool is there when the long trial starts
+    started = time.monotonic()
+    slow = _trial(epochs=500, timeout_s=3)
+    assert slow["state"] == "failed"
+    assert slow["exit_reason"].startswith("trial timeout: still running after 3 s")
+    assert time.monotonic() - started < 10
+    assert not slow["pool"]["fresh"]
+    assert _gone_within(15) == [] and idle_pools() == []
