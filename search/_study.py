@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from typing import Any
 
 import optuna
@@ -88,24 +89,47 @@ def requeue(
     return f"{reason}; parameters re-queued (attempt {attempt + 1} of {max_retries + 1})"
 
 
-def recover_orphans(study: optuna.Study, max_retries: int = 1) -> list[int]:
+def recover_orphans(
+    study: optuna.Study, max_retries: int = 1, *, claim_wait_s: float = 2.0
+) -> list[int]:
     """Fail RUNNING trials whose driver process on this host is gone; re-queue their params.
 
     Returns the numbers of the trials that were failed. Trials owned by a live driver or by
-    another host are left alone.
+    another host are left alone. A trial that no driver claimed (its driver died between
+    ``ask`` and recording itself, which a live driver does at once) is failed if it is still
+    unclaimed after ``claim_wait_s``.
     """
     host = socket.gethostname()
     failed = []
+    unclaimed = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         owner = str(t.user_attrs.get(DRIVER_ATTR, ""))
+        if not owner:
+            unclaimed.append(t.number)
+            continue
         owner_host, _, pid = owner.rpartition(":")
         if owner_host != host or not pid.isdigit() or _alive(int(pid)):
             continue
-        reason = requeue(study, t, f"driver {owner} died while the trial ran", max_retries)
-        _set_attr(study, t, "exit_reason", reason)
-        study.tell(t.number, state=TrialState.FAIL)
+        _fail_orphan(study, t, f"driver {owner} died while the trial ran", max_retries)
         failed.append(t.number)
-    return failed
+    if unclaimed:
+        time.sleep(claim_wait_s)
+        for number in unclaimed:
+            t = study._storage.get_trial(
+                study._storage.get_trial_id_from_study_id_trial_number(  # noqa: SLF001
+                    study._study_id, number
+                )
+            )  # noqa: SLF001
+            if t.state is TrialState.RUNNING and DRIVER_ATTR not in t.user_attrs:
+                _fail_orphan(study, t, "its driver died before the trial started", max_retries)
+                failed.append(number)
+    return sorted(failed)
+
+
+def _fail_orphan(study: optuna.Study, t: FrozenTrial, why: str, max_retries: int) -> None:
+    reason = requeue(study, t, why, max_retries) if t.params else why
+    _set_attr(study, t, "exit_reason", reason)
+    study.tell(t.number, state=TrialState.FAIL)
 
 
 def _set_attr(study: optuna.Study, trial: optuna.Trial | FrozenTrial, key: str, value: Any) -> None:
