@@ -29,7 +29,7 @@ from search._backend import run_trial_on_worker
 from search._cluster import MPI
 from search._objectives import is_benchmark, run_function_trial
 from search._registry import pruner_spec
-from search._study import DRIVER_ATTR, driver_id, requeue
+from search._study import DRIVER_ATTR, HEARTBEAT_ATTR, HEARTBEAT_S, driver_id, requeue
 from search._study_file import StudyFile
 from training.launch import TrialSpec
 
@@ -123,7 +123,8 @@ class Driver:
 
     def _submit(self, counts: RunCounts) -> tuple[Future, _Running] | None:
         trial = self.study.ask()
-        trial.set_user_attr(DRIVER_ATTR, self.owner)
+        trial.set_user_attr(DRIVER_ATTR, self.owner)  # claimed at once: see recover_orphans
+        trial.set_user_attr(HEARTBEAT_ATTR, time.time())
         if self.sf.objective is not None:
             return self._submit_function(trial, counts)
         ask_time = time.time()
@@ -281,7 +282,7 @@ class Driver:
     def run(self, *, trials: int, concurrency: int, timeout: float | None) -> RunCounts:
         counts = RunCounts(finished_before=self._finished_count(), target=trials)
         running: dict[Future, _Running] = {}
-        start = time.monotonic()
+        start = last_beat = time.monotonic()
         try:
             while True:
                 out_of_time = timeout is not None and time.monotonic() - start > timeout
@@ -307,6 +308,11 @@ class Driver:
                     break
                 for _future, run, result in self._collect(running):
                     self._finish(run, result, counts)
+                if time.monotonic() - last_beat > HEARTBEAT_S:
+                    # Lets drivers on other hosts tell our running trials from orphans.
+                    last_beat = time.monotonic()
+                    for run in running.values():
+                        run.trial.set_user_attr(HEARTBEAT_ATTR, time.time())
                 counts.running = len(running)
                 self.on_event("tick", None, counts, None)
         except BaseException:

@@ -17,6 +17,9 @@ from search._registry import build_sampler, pruner_spec
 from search._study_file import StudyFile
 
 DRIVER_ATTR = "detol:driver"
+HEARTBEAT_ATTR = "detol:heartbeat"  # wall-clock time the owning driver last saw the trial alive
+HEARTBEAT_S = 30.0  # how often a driver renews it
+STALE_AFTER_S = 180.0  # a trial of another host whose heartbeat is older than this is orphaned
 RETRY_ATTR = "detol:retry_of"  # on a re-queued trial: the number of the trial it repeats
 ATTEMPT_ATTR = "detol:attempt"  # 1 for a first run, 2 for its first retry, ...
 
@@ -90,14 +93,19 @@ def requeue(
 
 
 def recover_orphans(
-    study: optuna.Study, max_retries: int = 1, *, claim_wait_s: float = 2.0
+    study: optuna.Study,
+    max_retries: int = 1,
+    *,
+    claim_wait_s: float = 2.0,
+    stale_after_s: float = STALE_AFTER_S,
 ) -> list[int]:
     """Fail RUNNING trials whose driver process on this host is gone; re-queue their params.
 
-    Returns the numbers of the trials that were failed. Trials owned by a live driver or by
-    another host are left alone. A trial that no driver claimed (its driver died between
-    ``ask`` and recording itself, which a live driver does at once) is failed if it is still
-    unclaimed after ``claim_wait_s``.
+    Returns the numbers of the trials that were failed. Trials owned by a live driver are left
+    alone; a driver on another host counts as dead once its heartbeat (renewed every
+    ``HEARTBEAT_S``) is older than ``stale_after_s``. A trial that no driver claimed (its
+    driver died between ``ask`` and recording itself, which a live driver does at once) is
+    failed if it is still unclaimed after ``claim_wait_s``.
     """
     host = socket.gethostname()
     failed = []
@@ -108,10 +116,16 @@ def recover_orphans(
             unclaimed.append(t.number)
             continue
         owner_host, _, pid = owner.rpartition(":")
-        if owner_host != host or not pid.isdigit() or _alive(int(pid)):
+        if owner_host == host and pid.isdigit() and not _alive(int(pid)):
+            _fail_orphan(study, t, f"driver {owner} died while the trial ran", max_retries)
+            failed.append(t.number)
             continue
-        _fail_orphan(study, t, f"driver {owner} died while the trial ran", max_retries)
-        failed.append(t.number)
+        beat = t.user_attrs.get(HEARTBEAT_ATTR)
+        silent = time.time() - float(beat) if isinstance(beat, int | float) else 0.0
+        if owner_host != host and silent > stale_after_s:
+            why = f"driver {owner} sent no heartbeat for {silent:.0f} s"
+            _fail_orphan(study, t, why, max_retries)
+            failed.append(t.number)
     if unclaimed:
         time.sleep(claim_wait_s)
         for number in unclaimed:

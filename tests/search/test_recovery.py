@@ -94,3 +94,24 @@ def _processes_tagged(tag: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def test_trials_of_a_silent_driver_on_another_host_are_failed(tmp_path: Path) -> None:
+    from search._study import HEARTBEAT_ATTR
+
+    study = optuna.create_study(study_name="s", storage=open_storage(str(tmp_path / "j")))
+    dist = {"lr": optuna.distributions.FloatDistribution(0.001, 0.1)}
+    silent = study.ask(dist)
+    silent.set_user_attr(DRIVER_ATTR, "other-host:4242")
+    silent.set_user_attr(HEARTBEAT_ATTR, time.time() - 600)
+    beating = study.ask(dist)
+    beating.set_user_attr(DRIVER_ATTR, "other-host:4243")
+    beating.set_user_attr(HEARTBEAT_ATTR, time.time() - 5)
+    unclaimed = study.ask(dist)  # its driver died between ask and claiming it
+
+    assert recover_orphans(study, claim_wait_s=0.1) == [silent.number, unclaimed.number]
+    trials = study.get_trials()
+    assert "sent no heartbeat for 6" in trials[silent.number].user_attrs["exit_reason"]
+    assert trials[beating.number].state is TrialState.RUNNING
+    assert trials[unclaimed.number].state is TrialState.FAIL
+    assert "before the trial started" in trials[unclaimed.number].user_attrs["exit_reason"]
