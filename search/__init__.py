@@ -10,11 +10,13 @@ from typing import Any
 
 from search._driver import Driver, RunCounts
 from search._errors import StudyError
+from search._objectives import Pruned
 from search._study import open_study
 from search._study_file import StudyFile, load_study_file, parse_study
 
 __all__ = [
     "Driver",
+    "Pruned",
     "RunCounts",
     "StudyError",
     "StudyFile",
