@@ -129,10 +129,10 @@ STRATEGIES = {
 # The study-file options each strategy reads, with its defaults (tuned on NAS-Bench-201).
 STRATEGY_OPTIONS: dict[str, dict[str, Any]] = {
     "random": {},
-    "tpe": {"startup_trials": 10, "ei_candidates": 24},
+    "tpe": {"startup_trials": 20, "ei_candidates": 100},
     "gp": {"startup_trials": 10},
-    "evolution": {"population": 20, "tournament": 10, "mutation_prob": None, "crossover_prob": 0.0},
-    "reinforce": {"learning_rate": 0.1, "entropy_weight": 0.0, "baseline_decay": 0.9, "bins": 8},
+    "evolution": {"population": 30, "tournament": 30, "mutation_prob": None, "crossover_prob": 0.0},
+    "reinforce": {"learning_rate": 0.3, "entropy_weight": 0.0, "baseline_decay": 0.7, "bins": 8},
     "nsga2": {"population": 50, "mutation_prob": None, "crossover_prob": 0.9},
 }
 

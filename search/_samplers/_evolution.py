@@ -6,7 +6,8 @@ an uninterrupted one. A child: the best of ``tournament`` members drawn at rando
 crossed with a second winner), then mutated: each unit (the genome, each scalar dimension) with
 probability ``mutation_prob`` (default 1 / units), at least one. The genome mutates through
 ``spaces.mutate`` (one edge / node change); a scalar is resampled or perturbed. Candidates already
-evaluated, running or waiting are avoided (up to ``_TRIES`` mutations), canonical genome included.
+evaluated, running or waiting are avoided (canonical genome included): when a parent's children
+keep repeating, the child takes more mutation steps.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from search._samplers._base import (
     uniform_choice,
 )
 
-_TRIES = 50  # mutations tried to find a child that is not a repeat
+_TRIES = 50  # children tried to find one that is not a repeat
+_WIDEN = 10  # failed tries before children move one more mutation step away
 _SIGMA = 0.15  # perturbation of a numeric scalar, as a fraction of its (log) range
 
 
@@ -66,8 +68,8 @@ class EvolutionSampler(ProposalSampler):
         self,
         *,
         space: spaces.Space,
-        population: int = 20,
-        tournament: int = 10,
+        population: int = 30,
+        tournament: int = 30,
         mutation_prob: float | None = None,
         crossover_prob: float = 0.0,
         seed: int | None = None,
@@ -103,11 +105,15 @@ class EvolutionSampler(ProposalSampler):
             return self.random_unique(rng, seen)
         s = sign(study)
         child: dict[str, Any] = {}
-        for _ in range(_TRIES):
+        for attempt in range(_TRIES):
             parent = self._select(members, s, rng)
             if rng.random() < self._crossover_prob:
                 parent = self._crossover(parent, self._select(members, s, rng), rng)
-            child = self._mutate(parent, rng)
+            child = parent
+            # Every _WIDEN failed attempts, one more mutation step: when a parent's neighbours
+            # have all been tried, look one step further instead of repeating one.
+            for _ in range(1 + attempt // _WIDEN):
+                child = self._mutate(child, rng)
             if candidate_key(self._space, child) not in seen:
                 break
         return child

@@ -159,9 +159,9 @@ class ReinforceSampler(ProposalSampler):
         self,
         *,
         space: spaces.Space,
-        learning_rate: float = 0.1,
+        learning_rate: float = 0.3,
         entropy_weight: float = 0.0,
-        baseline_decay: float = 0.9,
+        baseline_decay: float = 0.7,
         bins: int = 8,
         seed: int | None = None,
     ) -> None:

@@ -119,7 +119,7 @@ def test_space_overrides_training_per_trial_and_max_ranks_covers_the_space() -> 
 @pytest.mark.parametrize(
     ("data", "where", "message"),
     [
-        ({"name": "x", "strategy": "evo"}, "strategy.name", "unknown strategy 'evo' (known: ['random', 'tpe'])"),
+        ({"name": "x", "strategy": "evo"}, "strategy.name", "unknown strategy 'evo' (known: ['evolution', 'gp', 'nsga2', 'random', 'reinforce', 'tpe'])"),
         ({"name": "x", "pruner": {"name": "asa"}}, "pruner.name", "unknown pruner 'asa'"),
         ({"name": "x", "budget": {"trials": 3, "retries": 2}}, "budget.retries", "unknown key"),
         ({"name": "x", "direction": ["maximize", "minimize"]}, "direction", "2 direction(s) for 1 metric(s)"),
