@@ -16,12 +16,14 @@ Per trial, the pool resets: seeds (the Trainer seeds torch from the config; nump
 per call), torch threads (``threads_per_rank``), the trial's communicator (a ``Dup``, freed), its
 sync requests and ASGD window (freed by ``finish``; after an exception the pool is retired),
 garbage (``gc.collect``). Not reset: imported modules (a user module edited between trials is not
-re-imported), Python's ``random`` state, process environment (the worker's at the pool's start plus ``[launcher] env``, which is
-part of the pool's key),
-threads or files a trial left open.
+re-imported), Python's ``random`` state, the process environment (the worker's at the pool's
+start plus ``[launcher] env``, which is part of the pool's key), threads or files a trial left
+open.
 
 Idle pools close when the Dask worker process exits (``atexit``), when
-:func:`shutdown_pools` is called, and their rank 0 exits if the worker process dies.
+:func:`shutdown_pools` is called, and their rank 0 exits if the worker process dies. Rank 0 must
+run on the Dask worker's machine (it connects to a Unix socket and watches the worker's pid), as
+``mpiexec`` and ``srun`` place it when the worker runs inside the allocation.
 """
 
 from __future__ import annotations
@@ -180,7 +182,8 @@ class WarmPool:
         self.kill()
         if errors:
             return {"state": "failed", **errors[0]}
-        return {"state": "failed", "exit_reason": f"MPI job exited with code {code}: {_tail(output)}"}
+        reason = f"MPI job exited with code {code}: {_tail(output)}"
+        return {"state": "failed", "exit_reason": reason}
 
     def kill(self) -> None:
         """Kill the job (mpiexec's group; MPI ends the ranks) and remove its files."""
@@ -283,13 +286,21 @@ def run_warm_trial(
     if config.mpi_async_progress:
         env.setdefault("MPIR_CVAR_ASYNC_PROGRESS", "1")
     # The pool's environment is the worker's at the pool's start, plus what the spec sets.
-    keyed = {k: env[k] for k in ("OMP_NUM_THREADS", "MPIR_CVAR_ASYNC_PROGRESS") if k in env}
-    key: PoolKey = (tuple(launcher), tuple(sorted({**keyed, **spec.env}.items())))
+    keyed: dict[str, str] = {
+        k: env[k] for k in ("OMP_NUM_THREADS", "MPIR_CVAR_ASYNC_PROGRESS") if k in env
+    }
+    keyed.update(spec.env)
+    key: PoolKey = (tuple(launcher), tuple(sorted(keyed.items())))
     pool = _check_out(key)
     fresh = pool is None
     if pool is None:
         pool = WarmPool(launcher=launcher, env=env)
-        pool.start()
+        try:
+            pool.start()
+        except OSError as exc:
+            pool.kill()
+            return {"state": "failed", "exit_reason": f"cannot start a warm pool: {exc}",
+                    "wall_time_s": time.time() - started}
     deadline = None if spec.timeout_s is None else started + spec.timeout_s
     result = pool.run(
         {"spec": spec.to_json()},
