@@ -8,7 +8,7 @@ Three measurements, each beside its yardstick, in one run:
   sampler, no pruner, journal storage). Ideal wall time: N x 0.5 s / 2. Reported: the driver
   loop alone (first ask to the last tell) and including the cluster's start-up (and close).
   Yardstick: Ray Tune's published bookkeeping release test, 715 s for an ideal 625 s (1.14);
-  goal <= 1.05.
+  goal <= 1.05. Floor: the same sleeps on a bare 2-worker Dask LocalCluster (no driver).
 * ``mpi_launch`` -- one 2-rank, 1-epoch digits trial of a journal study, as the driver runs it
   minus Dask: ``study.ask()``, ``run_trial(spec)``, ``study.tell()``. Measured: ask -> first
   training step (the worker stamps it) and finish -> tell (rank 0's result written, after the
@@ -88,6 +88,37 @@ class BenchmarkError(RuntimeError):
 
 
 # ---------------------------------------------------------------- bookkeeping
+
+
+def _sleep(i: int) -> int:
+    time.sleep(SLEEP_S)
+    return i
+
+
+def dask_floor(trials: int) -> dict[str, Any]:
+    """The same sleeps on a bare 2-worker LocalCluster, resubmitted as each ends: no Optuna, no
+    storage, no driver. What Dask alone costs here (the floor under the driver's ratio)."""
+    from distributed import Client, LocalCluster, wait
+
+    with (
+        LocalCluster(n_workers=CONCURRENCY, threads_per_worker=1, processes=True,
+                     host="127.0.0.1", dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
+        client.run(lambda: None)
+        t0 = time.perf_counter()
+        running = {client.submit(_sleep, i, pure=False) for i in range(CONCURRENCY)}
+        submitted = CONCURRENCY
+        while running:
+            done, _ = wait(list(running), return_when="FIRST_COMPLETED")
+            for future in done:
+                running.discard(future)
+                if submitted < trials:
+                    running.add(client.submit(_sleep, submitted, pure=False))
+                    submitted += 1
+        wall = time.perf_counter() - t0
+    ideal = trials * SLEEP_S / CONCURRENCY
+    return {"trials": trials, "wall_s": wall, "ideal_s": ideal, "ratio": wall / ideal}
 
 
 @contextlib.contextmanager
@@ -347,6 +378,7 @@ def format_table(bk: dict[str, Any], mpi: dict[str, Any], st: dict[str, Any]) ->
         f"  {'measurement':<34} {'wall s':>8} {'ratio':>7} {'Ray Tune':>9} {'goal':>6}",
     ]
     for label, wall, ratio in (
+        ("bare Dask, same sleeps (floor)", bk["dask_floor"]["wall_s"], bk["dask_floor"]["ratio"]),
         ("driver loop only", bk["driver_loop_s"], bk["ratio_driver_loop"]),
         ("including cluster start-up", bk["with_startup_s"], bk["ratio_with_startup"]),
         ("including start-up and close", bk["with_startup_and_close_s"],
@@ -399,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
         st = storage(each)
         mpi = mpi_launch(repeats)
         bk = bookkeeping(trials)
+        bk["dask_floor"] = dask_floor(trials)
+        bk["ratio_driver_loop_to_dask_floor"] = bk["driver_loop_s"] / bk["dask_floor"]["wall_s"]
     except BenchmarkError as exc:
         print(f"FAILURE {exc}")
         return 1
@@ -424,6 +458,8 @@ def main(argv: list[str] | None = None) -> int:
                 "driver_loop": bk["ratio_driver_loop"],
                 "with_cluster_startup": bk["ratio_with_startup"],
                 "with_cluster_startup_and_close": bk["ratio_with_startup_and_close"],
+                "bare_dask_floor": bk["dask_floor"]["ratio"],
+                "driver_loop_over_bare_dask": bk["ratio_driver_loop_to_dask_floor"],
             },
             "bookkeeping_yardstick": RAY_TUNE,
             "bookkeeping_goal_ratio": GOAL_RATIO,

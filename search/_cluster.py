@@ -193,6 +193,9 @@ def _remote_scheduler_env(study_name: str | None) -> dict[str, str]:
 # --- local -----------------------------------------------------------------------------------
 
 
+WORKER_PRELOAD = ("search._backend", "search._objectives")
+
+
 def _plan_local(
     opts: Options, *, slots: int, workers: int, adapt: Adapt | None, **_: Any
 ) -> ClusterPlan:
@@ -205,6 +208,8 @@ def _plan_local(
         "host": host,
         "dashboard_address": _dashboard_address(opts, host),
         "silence_logs": logging.ERROR,
+        # Workers import the trial code when they start, not during the first trial.
+        "preload": list(WORKER_PRELOAD),
     }
     return ClusterPlan("local", "distributed:LocalCluster", kwargs, slots, workers, adapt)
 

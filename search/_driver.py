@@ -124,7 +124,6 @@ class Driver:
     def _submit(self, counts: RunCounts) -> tuple[Future, _Running] | None:
         trial = self.study.ask()
         trial.set_user_attr(DRIVER_ATTR, self.owner)  # claimed at once: see recover_orphans
-        trial.set_user_attr(HEARTBEAT_ATTR, time.time())
         if self.sf.objective is not None:
             return self._submit_function(trial, counts)
         ask_time = time.time()
@@ -153,6 +152,7 @@ class Driver:
             env=self.sf.launcher.env,
             timeout_s=self.sf.budget.trial_timeout,
             ask_time=ask_time,
+            warm=self.sf.launcher.warm,
         )
         future = self.client.submit(
             run_trial_on_worker,
@@ -279,34 +279,57 @@ class Driver:
         self.sim_clock = max(self.sim_clock, end)
         return [(f, running.pop(f), result)]
 
+    def _fill(
+        self,
+        running: dict[Future, _Running],
+        counts: RunCounts,
+        *,
+        concurrency: int,
+        trials: int,
+        untold: int = 0,
+    ) -> None:
+        """Start trials until ``concurrency`` run or the budget is covered. ``untold`` trials
+        have ended but are not told yet: they may still complete, so they count as running."""
+        while (
+            counts.failed < self.sf.budget.max_failures
+            and len(running) < concurrency
+            and counts.finished + len(running) + untold < trials
+        ):
+            submitted = self._submit(counts)
+            if submitted is not None:
+                running[submitted[0]] = submitted[1]
+        counts.running = len(running)
+
     def run(self, *, trials: int, concurrency: int, timeout: float | None) -> RunCounts:
         counts = RunCounts(finished_before=self._finished_count(), target=trials)
         running: dict[Future, _Running] = {}
+        done: list[tuple[Future, _Running, dict[str, Any]]] = []
+        # With several trials running the study is asynchronous anyway, so a freed slot gets its
+        # next trial before the finished one is told: workers never wait for the bookkeeping.
+        # One at a time (and on a simulated clock), the tell comes first, so the strategy sees
+        # every result before it proposes again.
+        pipeline = concurrency > 1 and not self.simulated
         start = last_beat = time.monotonic()
         try:
             while True:
                 out_of_time = timeout is not None and time.monotonic() - start > timeout
-                too_many_failures = counts.failed >= self.sf.budget.max_failures
-                while (
-                    not out_of_time
-                    and not too_many_failures
-                    and len(running) < concurrency
-                    and counts.finished + len(running) < trials
-                ):
-                    submitted = self._submit(counts)
-                    if submitted is not None:
-                        running[submitted[0]] = submitted[1]
-                    too_many_failures = counts.failed >= self.sf.budget.max_failures
-                counts.running = len(running)
+                if not out_of_time:
+                    self._fill(running, counts, concurrency=concurrency, trials=trials)
                 if not running:
-                    if too_many_failures:
+                    if counts.failed >= self.sf.budget.max_failures:
                         counts.stopped_because = (
                             f"stopped after {counts.failed} failed trials (budget.max_failures)"
                         )
                     elif out_of_time:
                         counts.stopped_because = f"budget.timeout of {timeout:g} s reached"
                     break
-                for _future, run, result in self._collect(running):
+                done = self._collect(running)
+                if done and pipeline and not out_of_time:
+                    self._fill(
+                        running, counts, concurrency=concurrency, trials=trials, untold=len(done)
+                    )
+                while done:
+                    _future, run, result = done.pop(0)
                     self._finish(run, result, counts)
                 if time.monotonic() - last_beat > HEARTBEAT_S:
                     # Lets drivers on other hosts tell our running trials from orphans.
@@ -317,6 +340,11 @@ class Driver:
                 self.on_event("tick", None, counts, None)
         except BaseException:
             # Ctrl-C or a driver error: no trial is left RUNNING behind us.
+            for _future, run, result in done:  # ended before the interrupt: tell what happened
+                try:
+                    self._finish(run, result, counts)
+                except Exception:  # noqa: BLE001 - still fail it below rather than leave it
+                    running[_future] = run
             for future, run in running.items():
                 future.cancel()
                 run.trial.set_user_attr("exit_reason", "driver interrupted")

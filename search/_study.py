@@ -120,8 +120,10 @@ def recover_orphans(
             _fail_orphan(study, t, f"driver {owner} died while the trial ran", max_retries)
             failed.append(t.number)
             continue
-        beat = t.user_attrs.get(HEARTBEAT_ATTR)
-        silent = time.time() - float(beat) if isinstance(beat, int | float) else 0.0
+        beat = t.user_attrs.get(HEARTBEAT_ATTR)  # before the first beat: the trial's start
+        if not isinstance(beat, int | float):
+            beat = t.datetime_start.timestamp() if t.datetime_start else time.time()
+        silent = time.time() - float(beat)
         if owner_host != host and silent > stale_after_s:
             why = f"driver {owner} sent no heartbeat for {silent:.0f} s"
             _fail_orphan(study, t, why, max_retries)
