@@ -9,8 +9,10 @@ from search._samplers._base import ProposalSampler, candidate_key
 from search._samplers._evolution import EvolutionSampler
 from search._samplers._nsga2 import GenomeChildGeneration
 from search._samplers._reinforce import Policy, ReinforceSampler
+from search._samplers._tpe import DistinctTPESampler
 
 __all__ = [
+    "DistinctTPESampler",
     "EvolutionSampler",
     "GenomeChildGeneration",
     "Policy",

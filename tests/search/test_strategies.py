@@ -242,3 +242,26 @@ def test_every_strategy_builds_for_its_objectives() -> None:
         )
     for name in ("random", "tpe", "gp", "nsga2"):
         build_sampler(name, {}, 0, SPACE, ["maximize", "minimize"])
+
+
+def test_tpe_does_not_spend_evaluations_on_repeated_cells() -> None:
+    # A small space where Optuna's own TPE, once it has a model, proposes the same network again.
+    space = spaces.Space({"genome": spaces.CellFamily(ops=("nor_conv_3x3", "skip_connect",
+                                                             "avg_pool_3x3"))})
+
+    def keys_of(sampler: optuna.samplers.BaseSampler) -> list[Any]:
+        study = optuna.create_study(sampler=sampler, direction="maximize")
+        keys = []
+        for _ in range(40):
+            trial = study.ask()
+            params = space.suggest(trial)
+            keys.append(candidate_key(space, trial.params))
+            study.tell(trial, objective({**params, "x": 0.3, "k": 7}))
+        # Proposals after the random start-up trials that repeat an earlier network.
+        return [k for i, k in enumerate(keys) if i >= 10 and k in keys[:i]]
+
+    plain = keys_of(optuna.samplers.TPESampler(seed=0, n_startup_trials=10, multivariate=True,
+                                               group=True, constant_liar=True))
+    ours = keys_of(build_sampler("tpe", {"startup_trials": 10}, 0, space, ["maximize"]))
+    assert plain, "plain TPE repeated nothing: the test proves nothing"
+    assert ours == []
