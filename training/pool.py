@@ -33,9 +33,10 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+
+from training.worker import train_spec
 
 POLL_S = 0.002  # sleep between two Test() calls of a pending control collective
 IDLE_POLL_S = 0.01  # the same while waiting for the next trial
@@ -125,34 +126,6 @@ def _write_error(error_dir: str, rank: int, error: dict[str, str]) -> None:
     os.replace(tmp, path)
 
 
-def train_spec(spec: Any, config: Any, comm: Any, data: Any) -> dict[str, Any] | None:
-    """What ``training.worker`` does for one trial, on ``comm``: rank 0 returns the result."""
-    from training._reporting import OptunaReporter
-    from training._trainer import Trainer
-
-    reporter = None
-    if comm.rank == 0 and spec.report and spec.storage_url and spec.trial_id is not None:
-        reporter = OptunaReporter(
-            study_name=spec.study_name,
-            storage_url=spec.storage_url,
-            trial_id=spec.trial_id,
-            pruner=spec.pruner,
-        )
-    trainer = Trainer(config, comm, reporter=reporter, objective=spec.objectives[0], data=data)
-    result = trainer.train()
-    if comm.rank != 0:
-        return None
-    if spec.weights_path:
-        import torch
-
-        torch.save(trainer.state_dict(), spec.weights_path)
-    out = asdict(result)
-    out["ranks"] = comm.size
-    out["algorithm"] = config.algorithm
-    out["finish_time"] = time.time()
-    return out
-
-
 def _failed(errors: list[dict[str, str]], **extra: Any) -> dict[str, Any]:
     first = errors[0]
     return {"state": "failed", **first, **extra}
@@ -182,7 +155,7 @@ def serve_one(ctrl: Any, message: dict[str, Any]) -> dict[str, Any] | None:
     comm = ctrl.Dup()  # the trial's own communicator: its collectives never meet the pool's
     out: dict[str, Any] | None = None
     try:
-        out = train_spec(spec, config, comm, data)
+        out = train_spec(spec, config, comm, data)  # the cold path's own code
     except BaseException as exc:  # noqa: BLE001
         error = _error_text(exc, rank)
         _write_error(error_dir, rank, error)

@@ -22,40 +22,47 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def train_spec(spec: Any, config: Any, comm: Any, data: Any = None) -> dict[str, Any] | None:
+    """Train one trial on ``comm`` (this job, or a warm pool's); rank 0 returns the result."""
+    from training._reporting import OptunaReporter
+    from training._trainer import Trainer
+
+    reporter = None
+    if comm.rank == 0 and spec.report and spec.storage_url and spec.trial_id is not None:
+        reporter = OptunaReporter(
+            study_name=spec.study_name,
+            storage_url=spec.storage_url,
+            trial_id=spec.trial_id,
+            pruner=spec.pruner,
+        )
+    trainer = Trainer(config, comm, reporter=reporter, objective=spec.objectives[0], data=data)
+    result = trainer.train()
+    if comm.rank != 0:
+        return None
+    if spec.weights_path:
+        import torch
+
+        torch.save(trainer.state_dict(), spec.weights_path)
+    out = asdict(result)
+    out["ranks"] = comm.size
+    out["algorithm"] = config.algorithm
+    out["finish_time"] = time.time()
+    return out
+
+
 def run(spec_data: dict[str, Any]) -> int:
     from mpi4py import MPI
 
     from training._config import TrainConfig
-    from training._reporting import OptunaReporter
     from training._spec import TrialSpec
-    from training._trainer import Trainer
 
     comm = MPI.COMM_WORLD
     spec = TrialSpec.from_json(spec_data)
     try:
         config = TrainConfig.model_validate(spec.config)
-        reporter = None
-        if comm.rank == 0 and spec.report and spec.storage_url and spec.trial_id is not None:
-            assert spec.study_name is not None
-            reporter = OptunaReporter(
-                study_name=spec.study_name,
-                storage_url=spec.storage_url,
-                trial_id=spec.trial_id,
-                pruner=spec.pruner,
-            )
-        trainer = Trainer(config, comm, reporter=reporter, objective=spec.objectives[0])
-        result = trainer.train()
-        if comm.rank == 0:
-            if spec.weights_path:
-                import torch
-
-                torch.save(trainer.state_dict(), spec.weights_path)
-            if spec.result_path:
-                out = asdict(result)
-                out["ranks"] = comm.size
-                out["algorithm"] = config.algorithm
-                out["finish_time"] = time.time()
-                _write_json(spec.result_path, out)
+        out = train_spec(spec, config, comm)
+        if out is not None and spec.result_path:
+            _write_json(spec.result_path, out)
         return 0
     except BaseException as exc:  # noqa: BLE001 - any error on any rank ends the whole job
         text = "".join(traceback.format_exception(exc))
