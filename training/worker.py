@@ -86,5 +86,17 @@ def main(argv: list[str] | None = None) -> int:
         return run(json.load(f))
 
 
+def _exit_now(code: int) -> None:
+    """Finalize MPI and leave without Python's teardown: unloading torch takes seconds per rank,
+    and the result is already written (the trial is told as soon as the job ends)."""
+    from mpi4py import MPI
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if MPI.Is_initialized() and not MPI.Is_finalized():
+        MPI.Finalize()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _exit_now(main())
