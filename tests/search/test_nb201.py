@@ -4,13 +4,18 @@ search yardstick, bad input; and one `search run` of an nb201 study end to end."
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import optuna
 import pytest
+from optuna.trial import TrialState
 
 from search import _nb201 as nb
+from search import load_study_file
 from spaces import CellFamily, CellGenome, StackFamily
+from tests.cli_helpers import run_cli
+from training.launch import open_storage
 
 BEST_CIFAR10 = "|nor_conv_3x3~0|+|nor_conv_3x3~0|nor_conv_3x3~1|+|skip_connect~0|nor_conv_3x3~1|nor_conv_1x1~2|"
 
@@ -111,8 +116,62 @@ def test_bad_input_is_a_clear_error(params: dict, dataset: str, message: str) ->
         nb.evaluate(params, dataset=dataset, noise_seed=0)
 
 
+def test_check_family_accepts_only_nb201_cell_families() -> None:
+    nb.check_family(CellFamily())
+    nb.check_family(CellFamily(ops=("none", "nor_conv_3x3", "skip_connect")))
+    for family, message in [
+        (None, "space.genome: the NAS-Bench-201 objective needs"),
+        (StackFamily(), "space.genome.family: .* got 'stack'"),
+        (CellFamily(nodes=5), "space.genome.nodes: NAS-Bench-201 cells have 4 nodes, got 5"),
+        (CellFamily(ops=("none", "max_pool_3x3")), r"space.genome.ops: \['max_pool_3x3'\] not in"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            nb.check_family(family)
+
+
 def test_bad_arch_and_n_are_errors() -> None:
     with pytest.raises(ValueError, match="arch: not a NAS-Bench-201 cell"):
         nb.mean_accuracy("|conv~0|", "cifar10")
     with pytest.raises(ValueError, match="n: needs at least one evaluation"):
         nb.random_search_expectation("cifar10", 0)
+
+
+def test_search_run_of_an_nb201_study_end_to_end(tmp_path: Path) -> None:
+    """`search run` on the real path (Dask, journal storage), no MPI: the table answers, the
+    simulated clock runs 4 trials at once and only moves forward, in the order trials are told."""
+    study = tmp_path / "nb201.toml"
+    study.write_text(
+        'name = "nb"\nobjective = "nb201:cifar100"\n\n[budget]\ntrials = 24\nconcurrency = 4\n\n'
+        '[strategy]\nname = "tpe"\nseed = 3\n\n[pruner]\nname = "none"\n\n[space.genome]\nfamily = "cell"\n'
+    )
+    journal = tmp_path / "nb.journal"
+    code, out, err = run_cli("run", str(study), "--storage", str(journal), "--no-progress")
+    assert code == 0, out + err
+
+    loaded = optuna.load_study(study_name="nb", storage=open_storage(str(journal)))
+    assert loaded.direction == optuna.study.StudyDirection.MAXIMIZE
+    trials = loaded.get_trials(deepcopy=False)
+    assert len(trials) == 24 and all(t.state == TrialState.COMPLETE for t in trials)
+    t100 = nb.table("cifar100")
+    for t in trials:
+        row = t100.rows[nb.table_key(t.user_attrs["nb201_arch"])]
+        assert t.value in list(t100.accuracy[row, : t100.seeds[row]])
+        assert t.user_attrs["nb201_mean_val_accuracy"] == pytest.approx(t100.mean[row])
+        assert t.user_attrs["sim_time_s"] == pytest.approx(t100.train_time_s[row])
+        assert t.user_attrs["sim_clock_s"] >= t.user_attrs["sim_time_s"] - 1e-6
+        assert "genome_key" in t.user_attrs
+    told = sorted(trials, key=lambda t: t.datetime_complete)
+    clocks = [t.user_attrs["sim_clock_s"] for t in told]
+    assert clocks == sorted(clocks)
+    # 4 at a time: the study ends well before the trials' summed training time.
+    total = sum(t.user_attrs["sim_time_s"] for t in trials)
+    assert total / 4 * 0.8 < clocks[-1] < total / 2
+    # Each trial draws its own training seed (noise seed = f(study seed, trial number)).
+    assert len({t.user_attrs["nb201_seed"] for t in trials}) > 1
+
+
+@pytest.mark.parametrize("strategy", ["evolution", "reinforce", "tpe", "random"])
+def test_shipped_nb201_studies_are_valid(strategy: str) -> None:
+    sf = load_study_file(Path(__file__).parents[2] / "studies" / f"nb201-{strategy}.toml")
+    assert (sf.objective, sf.strategy.name, sf.budget.trials) == ("nb201:cifar10", strategy, 100)
+    nb.check_family(sf.search_space["genome"])
