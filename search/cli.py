@@ -167,7 +167,12 @@ def run(
         ) as client:
             study = open_study(sf, storage_obj)
             for number in recover_orphans(study, sf.budget.max_retries):
-                out.print(f"trial {number}: its driver died; marked failed, parameters re-queued")
+                reason = study._storage.get_trial(  # noqa: SLF001 - one finished trial, read-only
+                    study._storage.get_trial_id_from_study_id_trial_number(  # noqa: SLF001
+                        study._study_id, number  # noqa: SLF001
+                    )
+                ).user_attrs.get("exit_reason", "its driver died")
+                out.print(f"trial {number} failed: {escape(str(reason))}", highlight=False)
             out.print(f"study [bold]{sf.name}[/] in {escape(redact(url))}: {target} trials, "
                       f"{n_parallel} at a time, {sf.training.ranks} ranks each "
                       f"({sf.strategy.name}, pruner {sf.pruner.name})", highlight=False)
