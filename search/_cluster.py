@@ -184,6 +184,8 @@ def trial_task_durations(study_name: str | None = None) -> dict[str, str]:
 def _remote_scheduler_env(study_name: str | None) -> dict[str, str]:
     # Dask parses environment values with ast.literal_eval, so a dict literal becomes a dict.
     return {
+        # A lost trial is the driver's to re-queue (a new trial number), never Dask's to re-run.
+        "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0",
         "DASK_DISTRIBUTED__SCHEDULER__DEFAULT_TASK_DURATIONS": repr(
             trial_task_durations(study_name)
         )

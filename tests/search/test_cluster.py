@@ -217,6 +217,7 @@ def test_cloud_ec2_kwargs_fit_the_provider_class() -> None:
     assert kw["n_workers"] == 0 and kw["spot"] is True
     assert kw["scheduler_options"] == {"dashboard": False}
     assert "DASK_DISTRIBUTED__SCHEDULER__DEFAULT_TASK_DURATIONS" in kw["env_vars"]
+    assert kw["env_vars"]["DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES"] == "0"
     # Building the plan contacted nothing; only start() constructs EC2Cluster (and calls AWS).
     cls = plan.cluster_class()
     assert cls.__name__ == "EC2Cluster"
