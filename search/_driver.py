@@ -270,7 +270,7 @@ class Driver:
         """Discrete-event simulation: wait for every running answer (they are instant), then tell
         the one that finishes first on the simulated clock."""
         wait(list(running))
-        ends = []
+        ends: list[tuple[float, int, Future, dict[str, Any]]] = []
         for i, (f, run) in enumerate(running.items()):
             result = _result(f)
             end = run.sim_start + float(result.get("sim_time_s") or 0.0)

@@ -92,7 +92,10 @@ def _open_storage(url: str) -> BaseStorage:
     if scheme == "sqlite":
         return rdb
     # A database server may restart or fail over during a long study: ride it out.
-    return RetryingStorage(optuna.storages.get_storage(rdb), what=redact(url))
+    # Its methods are filled in below the class, which mypy cannot see.
+    return RetryingStorage(  # type: ignore[abstract]
+        optuna.storages.get_storage(rdb), what=redact(url)
+    )
 
 
 def _engine_kwargs(scheme: str) -> dict[str, object]:

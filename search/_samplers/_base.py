@@ -42,6 +42,7 @@ def uniform_choice(rng: np.random.Generator, name: str, dist: BaseDistribution) 
     """A uniform draw from ``dist`` (log-uniform for log scales, on the step grid)."""
     if isinstance(dist, CategoricalDistribution):
         return dist.choices[int(rng.integers(len(dist.choices)))]
+    assert isinstance(dist, FloatDistribution | IntDistribution), name
     return from_unit(dist, float(rng.random()))
 
 
@@ -163,7 +164,8 @@ class ProposalSampler(optuna.samplers.BaseSampler):
         if not isinstance(space, spaces.Space):
             raise TypeError(f"space: expected a spaces.Space, got {type(space).__name__}")
         self._space = space
-        self._seed = int(np.random.SeedSequence().entropy % 2**63) if seed is None else seed
+        entropy = int(np.random.SeedSequence().entropy)  # type: ignore[arg-type]
+        self._seed = entropy % 2**63 if seed is None else seed
         self._random = optuna.samplers.RandomSampler(seed=seed)
         self._proposals: dict[int, dict[str, Any]] = {}
         self._keys: dict[tuple[int, int], tuple[Any, ...] | None] = {}  # (study, trial) -> key
