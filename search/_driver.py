@@ -133,9 +133,7 @@ class Driver:
             config = self.sf.training.with_params(params)
             if genome is not None:
                 config = config.model_validate({**config.model_dump(), "genome": genome.to_dict()})
-                trial.set_user_attr("genome", genome.canonical_json)
-                trial.set_user_attr("genome_key", genome.key)
-                trial.set_user_attr("genome_summary", genome.summary())
+                _record_genome(trial, genome)
         except Exception as exc:  # a sampler or space problem fails this trial, not the study
             self._fail(trial, counts, {"exit_reason": f"could not build the trial: {exc}"})
             return None
@@ -173,11 +171,8 @@ class Driver:
         except Exception as exc:  # a sampler or space problem fails this trial, not the study
             self._fail(trial, counts, {"exit_reason": f"could not build the trial: {exc}"})
             return None
-        genome = params.get("genome")
-        if genome is not None:
-            trial.set_user_attr("genome", genome.canonical_json)
-            trial.set_user_attr("genome_key", genome.key)
-            trial.set_user_attr("genome_summary", genome.summary())
+        if params.get("genome") is not None:
+            _record_genome(trial, params["genome"])
         task = {
             "objective": self.sf.objective,
             "params": params,
@@ -351,6 +346,13 @@ class Driver:
                 self.study.tell(run.trial, state=TrialState.FAIL)
             raise
         return counts
+
+
+def _record_genome(trial: optuna.Trial, genome: Any) -> None:
+    """The genome as readable attributes (notebooks, dashboard), beside its raw params."""
+    trial.set_user_attr("genome", genome.canonical_json)
+    trial.set_user_attr("genome_key", genome.key)
+    trial.set_user_attr("genome_summary", genome.summary())
 
 
 def _result(future: Future) -> dict[str, Any]:
