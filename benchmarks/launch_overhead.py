@@ -15,7 +15,7 @@ median and min are reported:
   ``launch_overhead_s`` (``ask_time`` to the first training step, stamped by
   the worker), the trial's ``wall_time_s`` is reported beside it;
 * subject ``trial_study`` -- the same trial for a real Optuna study in a
-  journal storage (``training.launch.open_storage(path)``): ``study.ask()``,
+  journal storage (``training.contract.open_storage(path)``): ``study.ask()``,
   ``ask_time = time.time()`` right after it (as ``search``'s driver does), a
   spec with ``study_name``, ``storage_url`` (the journal path), ``trial_id``,
   ``trial_number``, ``ask_time``; rank 0 loads the study and reports each
@@ -62,7 +62,8 @@ from typing import Any
 import optuna
 from _common import machine, now_iso  # benchmarks/_common.py (the script directory)
 
-from training.launch import DEFAULT_LAUNCHER, launcher_argv, open_storage, run_trial
+from training.contract import open_storage
+from training.launch import DEFAULT_LAUNCHER, launcher_argv, run_trial
 
 RANKS = 2
 CONFIG: dict[str, Any] = {"dataset": "digits", "epochs": 1, "ranks": RANKS, "hidden": 32}

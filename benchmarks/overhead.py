@@ -14,7 +14,7 @@ Three measurements, each beside its yardstick, in one run:
   training step (the worker stamps it) and finish -> tell (rank 0's result written, after the
   last step and the final evaluation, to the end of ``study.tell``). Cold = today's
   ``mpiexec ... python -m training.worker``; warm = ``spec.warm`` on a pool started before the
-  timing (``training._pool``). Median of R (full 5, ``--quick`` 2), cold and warm interleaved.
+  timing (``training._warm_pool``). Median of R (full 5, ``--quick`` 2), cold and warm interleaved.
   Yardstick: the cold path (ratio warm / cold).
 * ``storage`` -- ask+tell throughput with 8 concurrent client processes (spawned; they load
   the study, wait on a barrier, then each runs its share: full 8 x 50, ``--quick`` 8 x 10) on
@@ -51,8 +51,9 @@ import optuna
 from _common import machine, now_iso  # benchmarks/_common.py (the script directory)
 from optuna.trial import TrialState
 
-from training._pool import shutdown_pools
-from training.launch import open_storage, run_trial
+from training._warm_pool import shutdown_pools
+from training.contract import open_storage
+from training.launch import run_trial
 
 SLEEP_S = 0.5
 CONCURRENCY = 2

@@ -16,7 +16,7 @@ not; dense widths 64/128, relu/gelu) plus ``lr`` (log 3e-4..1e-2), adam, batch 1
 trial, 12 epochs, TPE seed 0 with 8 startup trials, 24 trials, 2 at a time. ``--quick``: digits,
 at most 1 conv layer, 4 epochs, 6 trials, startup counts scaled down.
 
-Each study is read back with plain Optuna (``training.launch.open_storage``): total epochs
+Each study is read back with plain Optuna (``training.contract.open_storage``): total epochs
 (``epochs_run`` over all trials), total rank-seconds (``rank_seconds``), the best validation
 accuracy among complete trials and the ``test_accuracy`` of that trial, and the counts of
 complete / pruned / failed trials. Per pruner: ``epochs_ratio`` and ``rank_seconds_ratio`` (its
@@ -54,7 +54,7 @@ from typing import Any
 import optuna
 from _common import machine, now_iso  # benchmarks/_common.py (the script directory)
 
-from training.launch import open_storage
+from training.contract import open_storage
 
 PRUNERS = ("none", "median", "asha", "top-half")
 GOAL_GAP_POINTS = 0.5

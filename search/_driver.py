@@ -26,12 +26,13 @@ from distributed import Client, Future, wait
 from optuna.trial import TrialState
 
 from search._backend import run_trial_on_worker
-from search._cluster import MPI
+from search._cluster_plans import MPI
+from search._errors import StudyError
 from search._objectives import is_benchmark, run_function_trial
 from search._registry import pruner_spec
 from search._study import DRIVER_ATTR, HEARTBEAT_ATTR, HEARTBEAT_S, driver_id, requeue
 from search._study_file import StudyFile
-from training.launch import TrialSpec
+from training.contract import TrialSpec
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 # User attributes copied from an MPI job's result onto its trial.
@@ -83,6 +84,9 @@ class _Running:
 
 
 Event = Callable[[str, optuna.Trial | None, RunCounts, dict[str, Any] | None], None]
+# Called on every turn of the loop with whether trials are running (or waiting for a worker);
+# raises (search._cluster.ClusterFailed) when the cluster cannot deliver.
+Watch = Callable[..., None]
 
 
 def _values(result: dict[str, Any], objectives: list[str]) -> list[float] | None:
@@ -102,12 +106,14 @@ class Driver:
         *,
         storage_url: str,
         on_event: Event | None = None,
+        watch: Watch | None = None,
     ) -> None:
         self.sf = sf
         self.study = study
         self.client = client
         self.storage_url = storage_url
         self.on_event = on_event or (lambda *a: None)
+        self.watch = watch
         self.space = sf.search_space
         self.pruner = pruner_spec(
             sf.pruner.name, sf.pruner.spec_options(sf.training.epochs)
@@ -319,6 +325,8 @@ class Driver:
                         counts.stopped_because = f"budget.timeout of {timeout:g} s reached"
                     break
                 done = self._collect(running)
+                if self.watch is not None:
+                    self.watch(waiting=bool(running))
                 if done and pipeline and not out_of_time:
                     self._fill(
                         running, counts, concurrency=concurrency, trials=trials, untold=len(done)
@@ -333,16 +341,23 @@ class Driver:
                         run.trial.set_user_attr(HEARTBEAT_ATTR, time.time())
                 counts.running = len(running)
                 self.on_event("tick", None, counts, None)
-        except BaseException:
-            # Ctrl-C or a driver error: no trial is left RUNNING behind us.
+        except BaseException as exc:
+            # Ctrl-C, a cluster that cannot deliver, or a driver error: no trial is left RUNNING.
             for _future, run, result in done:  # ended before the interrupt: tell what happened
                 try:
                     self._finish(run, result, counts)
                 except Exception:  # noqa: BLE001 - still fail it below rather than leave it
                     running[_future] = run
+            cluster_failed = isinstance(exc, StudyError)
             for future, run in running.items():
                 future.cancel()
-                run.trial.set_user_attr("exit_reason", "driver interrupted")
+                if cluster_failed:  # not the trial's fault: its parameters run again on resume
+                    reason = requeue(
+                        self.study, run.trial, f"cluster failed: {exc}", self.sf.budget.max_retries
+                    )
+                else:
+                    reason = "driver interrupted"
+                run.trial.set_user_attr("exit_reason", reason)
                 self.study.tell(run.trial, state=TrialState.FAIL)
             raise
         return counts

@@ -16,7 +16,7 @@ from search._samplers import (
     GenomeChildGeneration,
     ReinforceSampler,
 )
-from training.launch import build_pruner
+from training.contract import build_pruner
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,16 @@ from pydantic import (
 )
 
 import spaces
-from search._cluster import BACKENDS, Adapt, check_backend_options
+from search._cluster_plans import (
+    BACKENDS,
+    DEFAULT_WORKER_TIMEOUT,
+    Adapt,
+    check_backend_options,
+)
 from search._errors import StudyError
 from search._objectives import benchmark_space_check, check_objective, is_benchmark
 from search._registry import PRUNER_OPTIONS, PRUNERS, STRATEGIES, STRATEGY_OPTIONS
-from training.launch import DEFAULT_LAUNCHER, METRICS, SEARCHABLE, TrainConfig
+from training.contract import DEFAULT_LAUNCHER, METRICS, SEARCHABLE, TrainConfig
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
@@ -92,9 +97,8 @@ class Strategy(_Strict):
                 f"strategy.{key}",
                 f"not an option of the {self.name!r} strategy (its options: {sorted(allowed)})",
             )
-        if (
-            self.tournament is not None
-            and self.tournament > (self.population or STRATEGY_OPTIONS[self.name]["population"])
+        if self.tournament is not None and self.tournament > (
+            self.population or STRATEGY_OPTIONS[self.name]["population"]
         ):
             raise StudyError("strategy.tournament", "must be <= population")
         return self
@@ -157,7 +161,7 @@ class Launcher(_Strict):
 
 
 class Cluster(_Strict):
-    """Where trials run. Each backend reads only its own options (``search._cluster.BACKENDS``)."""
+    """Where trials run. Each backend reads only its own options (``_cluster_plans.BACKENDS``)."""
 
     backend: Annotated[str, _one_of(BACKENDS, "cluster backend")] = Field(
         "local", description="local | address | slurm | pbs | kubernetes | cloud"
@@ -166,6 +170,9 @@ class Cluster(_Strict):
     workers: int | None = Field(None, ge=0, description="workers (jobs, pods, VMs) at start")
     slots_per_worker: int | None = Field(None, ge=1, description="MPI slots (ranks) per worker")
     connect_timeout: float = Field(10.0, gt=0)
+    worker_timeout: float = Field(
+        DEFAULT_WORKER_TIMEOUT, gt=0, description="seconds trials may wait with no worker at all"
+    )
     adapt: Adapt | None = Field(None, description="adaptive scaling between minimum and maximum")
     dashboard: bool | str = Field(False, description="true (127.0.0.1:8787) or an address")
     scheduler_host: str | None = Field(None, description="scheduler listens here (127.0.0.1)")
@@ -314,9 +321,7 @@ class StudyFile(_Strict):
         if self.objective is None:
             for m in self.objectives:
                 if m not in METRICS:
-                    raise StudyError(
-                        "metric", f"unknown metric {m!r} (known: {sorted(METRICS)})"
-                    )
+                    raise StudyError("metric", f"unknown metric {m!r} (known: {sorted(METRICS)})")
         elif self.direction is None:
             for m in self.objectives:
                 if m not in METRICS:

@@ -25,7 +25,7 @@ from search._errors import StudyError
 from search._study import open_study, recover_orphans
 from search._study_file import load_study_file
 from search._tables import best_table, objective_names, status_table
-from training.launch import DEFAULT_STORAGE, journal_path, open_storage, redact
+from training.contract import DEFAULT_STORAGE, journal_path, open_storage, redact
 
 app = typer.Typer(
     add_completion=False,
@@ -137,7 +137,7 @@ def run(
     progress: Annotated[bool, typer.Option(help="live progress bar on a terminal")] = True,
 ) -> None:
     """Run (or resume) the study in STUDY_FILE until it holds budget.trials finished trials."""
-    from search._cluster import open_client, with_overrides
+    from search._cluster import ClusterFailed, open_cluster, with_overrides
 
     # A worker that dies mid-trial fails that trial at once (the driver re-queues its parameters)
     # instead of Dask silently re-running it under the same trial number.
@@ -147,9 +147,11 @@ def run(
         url = storage or sf.storage or DEFAULT_STORAGE
         target = trials or sf.budget.trials
         n_parallel = concurrency or sf.budget.concurrency
-        storage_obj = _open(url)
-        finished = _finished_trials(storage_obj, sf.name)
-        if finished >= target:
+        # A storage file that does not exist yet is created only once the cluster is up: a bad
+        # cluster or launcher leaves nothing behind.
+        storage_obj = None if _new_storage_file(url) else _open(url)
+        finished = 0 if storage_obj is None else _finished_trials(storage_obj, sf.name)
+        if storage_obj is not None and finished >= target:
             out.print(f"study {sf.name} already holds {finished} finished trials (budget "
                       f"{target}); nothing to run. Raise budget.trials or pass --trials.")
             s = optuna.load_study(study_name=sf.name, storage=storage_obj)
@@ -157,14 +159,15 @@ def run(
                 out.print(best_table(s))
             return
         # Check the cluster (and launcher) before anything is written to the storage.
-        with open_client(
+        with open_cluster(
             with_overrides(sf.cluster, backend=backend, scheduler=scheduler,
                            adapt_min=adapt_min, adapt_max=adapt_max),
             concurrency=n_parallel,
             max_ranks=sf.max_ranks,
             launcher=sf.launcher.command,
             study_name=sf.name,
-        ) as client:
+        ) as cluster:
+            storage_obj = storage_obj or _open(url)
             study = open_study(sf, storage_obj)
             for number in recover_orphans(study, sf.budget.max_retries):
                 reason = study._storage.get_trial(  # noqa: SLF001 - one finished trial, read-only
@@ -177,10 +180,14 @@ def run(
                       f"{n_parallel} at a time, {sf.training.ranks} ranks each "
                       f"({sf.strategy.name}, pruner {sf.pruner.name})", highlight=False)
             display = _Display(study, target, progress and out.is_terminal)
-            driver = Driver(sf, study, client, storage_url=url, on_event=display)
+            driver = Driver(sf, study, cluster.client, storage_url=url, on_event=display,
+                            watch=cluster.check)
             with display.progress:
                 counts = driver.run(trials=target, concurrency=n_parallel,
                                     timeout=sf.budget.timeout)
+    except ClusterFailed as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(exc.exit_code) from None
     except StudyError as exc:
         raise _fail(exc) from None
     except KeyboardInterrupt:
@@ -193,6 +200,24 @@ def run(
     if counts.stopped_because:
         err.print(f"[red]{escape(counts.stopped_because)}[/]")
         raise typer.Exit(1)
+
+
+def _new_storage_file(url: str) -> bool:
+    """True when ``url`` names a journal or SQLite file that does not exist yet (StudyError if it
+    cannot be created there)."""
+    path = journal_path(url)
+    if path is None and url.startswith("sqlite:///"):
+        path = url[len("sqlite:///"):].split("?", 1)[0] or None
+    if path is None or path == ":memory:" or Path(path).exists():
+        return False
+    parent = Path(path).expanduser().parent
+    if not parent.is_dir():
+        raise StudyError("storage", f"cannot create {path!r}: directory {str(parent)!r} does "
+                         "not exist")
+    if not os.access(parent, os.W_OK):
+        raise StudyError("storage", f"cannot create {path!r}: directory {str(parent)!r} is not "
+                         "writable")
+    return True
 
 
 def _finished_trials(storage: optuna.storages.BaseStorage, name: str) -> int:

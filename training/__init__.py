@@ -2,7 +2,8 @@
 SGD over MPI, the worker program (``python -m training.worker``) and its launcher.
 
 Importing this package is cheap: torch and mpi4py load only inside the MPI job.
-The driver-side surface is :mod:`training.launch`.
+The driver-side surface is :mod:`training.contract` (what both sides share) and
+:mod:`training.launch` (starting a trial's job).
 """
 
 from training._config import METRICS, SEARCHABLE, TrainConfig

@@ -24,7 +24,7 @@ class TrialSpec:
     result_path: str | None = None
     weights_path: str | None = None
     ask_time: float | None = None
-    warm: bool = False  # run on a warm pool of ranks (training._pool) instead of a fresh job
+    warm: bool = False  # run on a warm pool of ranks (training._warm_pool) instead of a fresh job
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

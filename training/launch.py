@@ -1,7 +1,8 @@
-"""The launcher: builds the ``mpiexec`` line for one trial, runs it, and reads its result.
+"""Launching one trial: build its ``mpiexec`` line, run the job, read its result.
 
-This is the part of ``training`` the search driver uses; it does not import torch or mpi4py,
-so the driver and the Dask workers stay light. ``run_trial`` is what a Dask worker executes.
+``run_trial`` is what a Dask worker executes (a fresh job, or a warm pool's with ``spec.warm``).
+No torch or mpi4py here, so the Dask workers stay light. What the driver and the job share
+(trial spec, training config, storage, pruner spec) is :mod:`training.contract`.
 """
 
 from __future__ import annotations
@@ -10,68 +11,34 @@ import contextlib
 import json
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from training._config import METRICS, SEARCHABLE, TrainConfig
-from training._reporting import build_pruner
+from training._config import TrainConfig
+from training._launcher import (
+    DEFAULT_LAUNCHER,
+    LauncherNotFound,
+    job_env,
+    launcher_argv,
+    resolve_program,
+    tail,
+)
 from training._spec import TrialSpec
-from training._storage import DEFAULT_STORAGE, journal_path, open_storage, redact
+from training._warm_pool import run_warm_trial
 
 __all__ = [
     "DEFAULT_LAUNCHER",
-    "DEFAULT_STORAGE",
-    "METRICS",
-    "SEARCHABLE",
     "LauncherNotFound",
-    "TrainConfig",
-    "TrialSpec",
-    "build_pruner",
-    "journal_path",
     "launcher_argv",
-    "open_storage",
-    "redact",
     "resolve_program",
     "run_trial",
 ]
-
-DEFAULT_LAUNCHER = "mpiexec -n {ranks}"
-_TAIL = 3000
-
-
-class LauncherNotFound(ValueError):
-    pass
-
-
-def resolve_program(name: str) -> str:
-    """Absolute path of the launcher program, preferring the one installed beside this Python
-    (the ``mpich`` wheel puts ``mpiexec`` there, matching the installed mpi4py)."""
-    here = os.path.dirname(sys.executable)
-    path = os.pathsep.join([here, os.environ.get("PATH", "")])
-    found = shutil.which(name, path=path)
-    if found is None:
-        raise LauncherNotFound(
-            f"launcher program {name!r} not found (install the MPICH wheel with "
-            "'pip install mpich', or set [launcher] command to your MPI's launcher)"
-        )
-    return found
-
-
-def launcher_argv(command: str | Sequence[str], ranks: int) -> list[str]:
-    """``"mpiexec -n {ranks}"`` -> ``["/venv/bin/mpiexec", "-n", "2"]``."""
-    parts = shlex.split(command) if isinstance(command, str) else list(command)
-    if not parts:
-        raise LauncherNotFound("launcher command is empty")
-    argv = [p.replace("{ranks}", str(ranks)) for p in parts]
-    argv[0] = resolve_program(argv[0])
-    return argv
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -81,11 +48,6 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
 
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def _tail(text: str) -> str:
-    text = text.strip()
-    return text if len(text) <= _TAIL else "..." + text[-_TAIL:]
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -106,8 +68,6 @@ def run_trial(
     spec = TrialSpec.from_json(spec_data)
     config = TrainConfig.model_validate(spec.config)
     if spec.warm:  # one long-lived MPI job per Dask worker and launcher line serves many trials
-        from training._pool import run_warm_trial
-
         return run_warm_trial(spec, config, should_stop=should_stop)
     started = time.time()
     stopped = ""
@@ -120,10 +80,7 @@ def run_trial(
         except LauncherNotFound as exc:
             return {"state": "failed", "exit_reason": str(exc), "wall_time_s": 0.0}
         argv += [sys.executable, "-m", "training.worker", str(spec_path)]
-        env = {**os.environ, "OMP_NUM_THREADS": str(config.threads_per_rank), **spec.env}
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        if config.mpi_async_progress:
-            env.setdefault("MPIR_CVAR_ASYNC_PROGRESS", "1")
+        env = job_env(config.threads_per_rank, config.mpi_async_progress, spec.env)
         log_path = Path(tmp) / "output.log"
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
@@ -161,12 +118,12 @@ def run_trial(
     elif proc.returncode != 0 and result.get("state") != "failed":
         result = {
             "state": "failed",
-            "exit_reason": f"MPI job exited with code {proc.returncode}: {_tail(output)}",
+            "exit_reason": f"MPI job exited with code {proc.returncode}: {tail(output)}",
         }
     elif not result:
-        result = {"state": "failed", "exit_reason": f"no result written: {_tail(output)}"}
+        result = {"state": "failed", "exit_reason": f"no result written: {tail(output)}"}
     if result.get("state") == "failed" and "traceback" in result:
-        result["exit_reason"] = f"{result['exit_reason']}\n{_tail(result.pop('traceback'))}"
+        result["exit_reason"] = f"{result['exit_reason']}\n{tail(result.pop('traceback'))}"
     result["wall_time_s"] = wall
     result["rank_seconds"] = wall * config.ranks  # what the trial cost, for budget accounting
     result["command"] = shlex.join(argv[:-1] + ["SPEC.json"])

@@ -22,11 +22,38 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+class WrongRankCount(RuntimeError):
+    """The job has another number of ranks than the trial asked for: never train it."""
+
+
+def check_rank_count(comm: Any, ranks: int, launcher: Any) -> None:
+    """WrongRankCount unless ``comm`` has exactly ``ranks`` ranks (before anything is reported).
+
+    The usual cause is a launcher that starts separate single-rank jobs: ``srun -n 2`` under
+    SLURM's ``MpiDefault=none`` starts two singletons, each "rank 0 of 1", both training the
+    whole model and reporting into the same trial.
+    """
+    if comm.size == ranks:
+        return
+    from mpi4py import MPI
+
+    line = launcher if isinstance(launcher, str) else " ".join(launcher)
+    library = MPI.Get_library_version().strip().splitlines()[0]
+    singletons = " (separate single-rank jobs)" if comm.size == 1 and ranks > 1 else ""
+    raise WrongRankCount(
+        f"wrong rank count: the trial asked for {ranks} ranks but its MPI job has "
+        f"{comm.size}{singletons}; launcher line {line!r}. The launcher must start one MPI "
+        f"job of the MPI that mpi4py uses ({library}): with SLURM and the mpich wheel use "
+        "'srun --mpi=pmi2 -n {ranks}', otherwise that MPI's own mpiexec"
+    )
+
+
 def train_spec(spec: Any, config: Any, comm: Any, data: Any = None) -> dict[str, Any] | None:
     """Train one trial on ``comm`` (this job, or a warm pool's); rank 0 returns the result."""
     from training._reporting import OptunaReporter
     from training._trainer import Trainer
 
+    check_rank_count(comm, config.ranks, spec.launcher)
     reporter = None
     if comm.rank == 0 and spec.report and spec.storage_url and spec.trial_id is not None:
         reporter = OptunaReporter(
@@ -68,11 +95,13 @@ def run(spec_data: dict[str, Any]) -> int:
         text = "".join(traceback.format_exception(exc))
         print(f"[rank {comm.rank}] {text}", file=sys.stderr, flush=True)
         if comm.rank == 0 and spec.result_path:
-            reason = f"{type(exc).__name__}: {exc}"
-            _write_json(
-                spec.result_path,
-                {"state": "failed", "exit_reason": reason, "traceback": text[-4000:]},
-            )
+            failed: dict[str, Any] = {
+                "state": "failed",
+                "exit_reason": f"{type(exc).__name__}: {exc}",
+            }
+            if not isinstance(exc, WrongRankCount):  # its message says all; no traceback
+                failed["traceback"] = text[-4000:]
+            _write_json(spec.result_path, failed)
         comm.Abort(1)  # no rank hangs in a collective waiting for this one
         return 1
 

@@ -16,7 +16,7 @@ import optuna
 import pytest
 
 from tests.cli_helpers import run_cli, search_command
-from training.launch import open_storage
+from training.contract import open_storage
 
 # Environment variables that would make rich colour its output even into a pipe.
 _COLOUR_VARS = ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")

@@ -22,16 +22,10 @@ import pytest
 from optuna.trial import TrialState
 
 from search import Driver, StudyError, open_study, parse_study
-from search._cluster import (
-    MPI,
-    ClusterPlan,
-    open_client,
-    plan_cluster,
-    trial_task_durations,
-    with_overrides,
-)
+from search._cluster import open_client, with_overrides
+from search._cluster_plans import MPI, ClusterPlan, plan_cluster, trial_task_durations
 from tests.cli_helpers import run_cli
-from training.launch import open_storage
+from training.contract import open_storage
 
 
 def _http_hosts(scheduler: Any) -> set[str]:

@@ -18,7 +18,7 @@ import pytest
 
 from tests.cli_helpers import run_cli, search_command
 from tests.search.test_report import NB201, shared_storage
-from training.launch import open_storage
+from training.contract import open_storage
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.cli_helpers import run_cli, search_command
 from tests.search.test_report import MULTI, NB201, shared_storage
-from training.launch import open_storage
+from training.contract import open_storage
 
 pytestmark = pytest.mark.timeout(120)
 

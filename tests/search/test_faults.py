@@ -22,7 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tests.cli_helpers import search_command
 from tests.search.conftest import PostgresServer
 from tests.search.test_recovery import _processes_tagged
-from training.launch import open_storage
+from training.contract import open_storage
 
 
 def _inline(table: dict[str, str]) -> str:

@@ -15,7 +15,7 @@ from search import _nb201 as nb
 from search import load_study_file
 from spaces import CellFamily, CellGenome, StackFamily
 from tests.cli_helpers import run_cli
-from training.launch import open_storage
+from training.contract import open_storage
 
 BEST_CIFAR10 = "|nor_conv_3x3~0|+|nor_conv_3x3~0|nor_conv_3x3~1|+|skip_connect~0|nor_conv_3x3~1|nor_conv_1x1~2|"
 

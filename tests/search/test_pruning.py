@@ -12,7 +12,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.cli_helpers import search_command
-from training.launch import open_storage
+from training.contract import open_storage
 
 pytestmark = pytest.mark.mpi
 

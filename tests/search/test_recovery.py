@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 
 from search._study import DRIVER_ATTR, recover_orphans
 from tests.cli_helpers import search_command
-from training.launch import open_storage
+from training.contract import open_storage
 
 
 def _dead_pid() -> int:

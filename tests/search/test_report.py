@@ -24,7 +24,7 @@ from optuna.trial import TrialState
 
 import spaces
 from tests.cli_helpers import run_cli
-from training.launch import open_storage
+from training.contract import open_storage
 
 pytestmark = pytest.mark.timeout(120)
 

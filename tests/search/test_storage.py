@@ -7,7 +7,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from training.launch import journal_path, open_storage, redact
+from training.contract import journal_path, open_storage, redact
 
 
 def test_journal_paths_and_database_urls_are_told_apart() -> None:

@@ -14,7 +14,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.search.test_faults import _start, _states, _trials, _wait_for
-from training.launch import open_storage
+from training.contract import open_storage
 
 OBJECTIVE = """
 import time

@@ -42,7 +42,7 @@ def test_algorithm_and_ranks_are_searchable() -> None:
 )
 def test_every_pruner_builds_from_its_table_and_survives_json(table: dict, pruner_class: str) -> None:
     from search._registry import pruner_spec
-    from training.launch import build_pruner
+    from training.contract import build_pruner
 
     sf = parse_study({"name": "x", "pruner": table, "training": {"epochs": 9}})
     spec = pruner_spec(sf.pruner.name, sf.pruner.spec_options(sf.training.epochs))

@@ -3,9 +3,9 @@
 A cold trial is ``mpiexec -n R python -m training.worker SPEC``: every launch pays ~3 s of
 Python, torch and Optuna imports. With ``[launcher] warm = true`` a Dask worker process keeps,
 per launcher line (so per rank count) and ``[launcher] env``, idle pools of
-``mpiexec -n R python -m training.pool SOCKET PID`` (see :mod:`training.pool`) whose ranks have
-imported everything once; ``run_warm_trial`` checks one out, sends it the trial on a Unix socket,
-waits for the result and checks it back in.
+``mpiexec -n R python -m training.warm_worker SOCKET PID`` (see :mod:`training.warm_worker`)
+whose ranks have imported everything once; ``run_warm_trial`` checks one out, sends it the
+trial on a Unix socket, waits for the result and checks it back in.
 
 Isolation: a Python exception fails only its trial (the pool goes on, or is retired when the
 exception came during training). A rank that dies, a trial past its timeout, a cancelled trial
@@ -47,24 +47,19 @@ from pathlib import Path
 from typing import Any
 
 from training._config import TrainConfig
+from training._launcher import LauncherNotFound, job_env, launcher_argv, tail
 from training._spec import TrialSpec
 
 __all__ = ["WarmPool", "idle_pools", "run_warm_trial", "shutdown_pools"]
 
-_TAIL = 3000
 _CLOSE_WAIT_S = 10.0
 MAX_IDLE_POOLS = 4  # per Dask worker process; the least recently used one closes first
 
 PoolKey = tuple[tuple[str, ...], tuple[tuple[str, str], ...]]
 
 
-def _tail(text: str) -> str:
-    text = text.strip()
-    return text if len(text) <= _TAIL else "..." + text[-_TAIL:]
-
-
 class WarmPool:
-    """One long-lived MPI job: ``launcher`` (already filled in) + ``python -m training.pool``.
+    """One long-lived MPI job: ``launcher`` (filled in) + ``python -m training.warm_worker``.
 
     The constructor does no I/O; :meth:`start` launches the job, :meth:`run` sends one trial.
     """
@@ -84,7 +79,7 @@ class WarmPool:
 
     @property
     def argv(self) -> list[str]:
-        return [*self.launcher, sys.executable, "-m", "training.pool"]
+        return [*self.launcher, sys.executable, "-m", "training.warm_worker"]
 
     @property
     def pid(self) -> int | None:
@@ -156,9 +151,7 @@ class WarmPool:
                 if self.proc.poll() is not None:
                     return self._died(error_dir)
                 if deadline is not None and time.time() > deadline:
-                    stopped = (
-                        f"trial timeout: still running after {timeout_s:g} s, MPI job killed"
-                    )
+                    stopped = f"trial timeout: still running after {timeout_s:g} s, MPI job killed"
                 elif should_stop is not None and should_stop():
                     stopped = "cancelled: the trial was stopped from outside, MPI job killed"
                 if stopped:
@@ -182,7 +175,7 @@ class WarmPool:
         self.kill()
         if errors:
             return {"state": "failed", **errors[0]}
-        reason = f"MPI job exited with code {code}: {_tail(output)}"
+        reason = f"MPI job exited with code {code}: {tail(output)}"
         return {"state": "failed", "exit_reason": reason}
 
     def kill(self) -> None:
@@ -274,17 +267,12 @@ def run_warm_trial(
     should_stop: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
     """``training.launch.run_trial`` for ``spec.warm``: the same result dict, from a warm pool."""
-    from training.launch import LauncherNotFound, launcher_argv
-
     started = time.time()
     try:
         launcher = launcher_argv(spec.launcher, config.ranks)
     except LauncherNotFound as exc:
         return {"state": "failed", "exit_reason": str(exc), "wall_time_s": 0.0}
-    env = {**os.environ, "OMP_NUM_THREADS": str(config.threads_per_rank), **spec.env}  # as cold
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    if config.mpi_async_progress:
-        env.setdefault("MPIR_CVAR_ASYNC_PROGRESS", "1")
+    env = job_env(config.threads_per_rank, config.mpi_async_progress, spec.env)  # as cold
     # The pool's environment is the worker's at the pool's start, plus what the spec sets.
     keyed: dict[str, str] = {
         k: env[k] for k in ("OMP_NUM_THREADS", "MPIR_CVAR_ASYNC_PROGRESS") if k in env
@@ -299,8 +287,11 @@ def run_warm_trial(
             pool.start()
         except OSError as exc:
             pool.kill()
-            return {"state": "failed", "exit_reason": f"cannot start a warm pool: {exc}",
-                    "wall_time_s": time.time() - started}
+            return {
+                "state": "failed",
+                "exit_reason": f"cannot start a warm pool: {exc}",
+                "wall_time_s": time.time() - started,
+            }
     deadline = None if spec.timeout_s is None else started + spec.timeout_s
     result = pool.run(
         {"spec": spec.to_json()},
@@ -313,7 +304,7 @@ def run_warm_trial(
     else:
         pool.kill()
     if result.get("state") == "failed" and "traceback" in result:
-        result["exit_reason"] = f"{result['exit_reason']}\n{_tail(result.pop('traceback'))}"
+        result["exit_reason"] = f"{result['exit_reason']}\n{tail(result.pop('traceback'))}"
     wall = time.time() - started
     result["wall_time_s"] = wall
     result["rank_seconds"] = wall * config.ranks

@@ -1,9 +1,9 @@
-"""The warm pool's MPI program: ``mpiexec -n RANKS python -m training.pool SOCKET PARENT_PID``.
+"""The warm pool's MPI program: ``mpiexec -n RANKS python -m training.warm_worker SOCKET PID``.
 
 Every rank imports torch, mpi4py, Optuna and the trainer once, then serves trial after trial:
 rank 0 reads a trial message from the Dask worker's Unix socket, broadcasts it, every rank trains
 it as ``training.worker`` does (same ``Trainer``, same reporter, same result dict), and rank 0
-writes the result back on the socket. The Dask side is :mod:`training._pool`.
+writes the result back on the socket. The Dask side is :mod:`training._warm_pool`.
 
 Isolation. The trial's collectives run on its own communicator (a ``Dup`` of the pool's, freed
 after the trial). A Python exception is agreed on by all ranks with a polled ``Iallreduce`` on
@@ -36,7 +36,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from training.worker import train_spec
+from training.worker import WrongRankCount, train_spec
 
 POLL_S = 0.002  # sleep between two Test() calls of a pending control collective
 IDLE_POLL_S = 0.01  # the same while waiting for the next trial
@@ -93,7 +93,10 @@ def _share(ctrl: Any, payload: bytes) -> bytes:
 def _error_text(exc: BaseException, rank: int) -> dict[str, str]:
     text = "".join(traceback.format_exception(exc))
     print(f"[rank {rank}] {text}", file=sys.stderr, flush=True)
-    return {"exit_reason": f"{type(exc).__name__}: {exc}", "traceback": f"[rank {rank}] {text}"}
+    error = {"exit_reason": f"{type(exc).__name__}: {exc}"}
+    if not isinstance(exc, WrongRankCount):  # its message says all; no traceback
+        error["traceback"] = f"[rank {rank}] {text}"
+    return error
 
 
 def _agree(
@@ -178,7 +181,7 @@ def _reset() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
-        print("usage: python -m training.pool SOCKET PARENT_PID", file=sys.stderr)
+        print("usage: python -m training.warm_worker SOCKET PARENT_PID", file=sys.stderr)
         return 2
     from mpi4py import MPI
 

@@ -1,0 +1,361 @@
+#!/usr/bin/env bash
+# Start, stop or inspect a real single-node SLURM (slurmctld + slurmd + munged) for the
+# project's tests, without systemd.
+#
+#   bash .ci/slurm.sh start    # idempotent; root only; installs the Debian packages if missing
+#   bash .ci/slurm.sh stop     # idempotent; never touches a SLURM this script did not configure
+#   bash .ci/slurm.sh status   # sinfo + squeue; exit 0 if the node is up
+#
+# Environment: DETOL_SLURM_CPUS (CPUs the node advertises, default 4, so that two worker jobs
+# of 2 tasks fit at once even on a 2-core machine), DETOL_SLURM_TIMEOUT (seconds start waits
+# for the node to become idle, default 60).
+set -euo pipefail
+
+MARKER='# written by detol .ci/slurm.sh'
+CONF=/etc/slurm/slurm.conf
+CTLD_PID=/run/slurmctld.pid
+SLURMD_PID=/run/slurmd.pid
+MUNGED_PID=/run/munge/munged.pid
+MUNGED_MARK=/run/detol-slurm.munged      # present: this script started munged
+CONF_HASH=/run/detol-slurm.conf.sha256   # slurm.conf's hash when the daemons were started
+LOG_DIR=/var/log/slurm
+CTLD_LOG=$LOG_DIR/slurmctld.log
+SLURMD_LOG=$LOG_DIR/slurmd.log
+PARTITION=debug
+CPUS=${DETOL_SLURM_CPUS:-4}
+TIMEOUT=${DETOL_SLURM_TIMEOUT:-60}
+NODE=$(hostname -s)
+
+die() { echo "slurm.sh: $*" >&2; exit 1; }
+say() { echo "slurm.sh: $*"; }
+now() { date +%s.%N; }
+have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
+
+# The pid in a pid file, if that process is alive and is the named program.
+running_pid() {  # pidfile comm
+    local pid
+    [ -r "$1" ] || return 1
+    pid=$(tr -dc '0-9' <"$1")
+    [ -n "$pid" ] && [ -r "/proc/$pid/comm" ] || return 1
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ] || return 1
+    echo "$pid"
+}
+
+any_alive() {  # pid...
+    local pid
+    for pid in "$@"; do kill -0 "$pid" 2>/dev/null && return 0; done
+    return 1
+}
+
+# Stops daemons together: SIGTERM, wait up to ~10 s, then SIGKILL (a slurmd with a hung step
+# may ignore SIGTERM). Arguments: pidfile:comm pairs; pid files are removed.
+stop_daemons() {
+    local spec pid pids=() names=() i
+    for spec in "$@"; do
+        if pid=$(running_pid "${spec%%:*}" "${spec##*:}"); then
+            kill -TERM "$pid" 2>/dev/null || true
+            pids+=("$pid")
+            names+=("${spec##*:} (pid $pid)")
+        fi
+    done
+    if [ "${#pids[@]}" -gt 0 ]; then
+        for i in $(seq 1 100); do
+            any_alive "${pids[@]}" || break
+            sleep 0.1
+        done
+        for i in "${!pids[@]}"; do
+            if kill -0 "${pids[$i]}" 2>/dev/null; then
+                say "${names[$i]} ignored SIGTERM for 10 s, sending SIGKILL"
+                kill -KILL "${pids[$i]}" 2>/dev/null || true
+            fi
+        done
+        for i in $(seq 1 50); do
+            any_alive "${pids[@]}" || break
+            sleep 0.1
+        done
+        say "stopped ${names[*]}"
+    fi
+    for spec in "$@"; do
+        pid=$(running_pid "${spec%%:*}" "${spec##*:}") || rm -f "${spec%%:*}"
+    done
+}
+
+kill_stepds() {
+    local pid
+    for pid in $(pgrep -x slurmstepd 2>/dev/null || true); do
+        kill -KILL "$pid" 2>/dev/null || true
+    done
+}
+
+conf_is_ours() { [ -f "$CONF" ] && [ "$(head -n 1 "$CONF")" = "$MARKER" ]; }
+
+# Node states, one a line. With this script's config and no slurmctld running, sinfo would
+# retry for ~10 s before failing: don't ask it then.
+node_states() {
+    if conf_is_ours && ! running_pid "$CTLD_PID" slurmctld >/dev/null; then return 0; fi
+    timeout 15 sinfo -h -o %t 2>/dev/null
+}
+state_is_up() { [[ $1 =~ ^(idle|mix|alloc|comp)$ ]]; }
+
+desired_conf() {
+    local mem_kb
+    mem_kb=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)
+    cat <<EOF
+$MARKER
+# A single-node SLURM for detol's tests; 'bash .ci/slurm.sh stop' stops it. Edit the script,
+# not this file (start rewrites it). Remove the first line to keep start from touching it.
+ClusterName=detol
+SlurmctldHost=$NODE
+SlurmUser=slurm
+SlurmdUser=root
+AuthType=auth/munge
+CryptoType=crypto/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=500
+SlurmdParameters=config_overrides
+ReturnToService=2
+StateSaveLocation=/var/spool/slurmctld
+SlurmdSpoolDir=/var/spool/slurmd
+SlurmctldPidFile=$CTLD_PID
+SlurmdPidFile=$SLURMD_PID
+SlurmctldLogFile=$CTLD_LOG
+SlurmdLogFile=$SLURMD_LOG
+SlurmctldDebug=info
+SlurmdDebug=info
+SlurmctldTimeout=30
+SlurmdTimeout=30
+MessageTimeout=10
+InactiveLimit=0
+KillWait=5
+MinJobAge=5
+Waittime=0
+NodeName=$NODE CPUs=$CPUS RealMemory=$((mem_kb * 8 / 10 / 1024)) State=UNKNOWN
+PartitionName=$PARTITION Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+EOF
+}
+
+ensure_packages() {
+    local p missing=0
+    for p in slurmctld slurmd sinfo munged; do have "$p" || missing=1; done
+    [ "$missing" = 0 ] && return 0
+    say "installing slurmctld slurmd slurm-client munge"
+    apt-get update -qq || die "apt-get update failed"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurmctld slurmd slurm-client munge \
+        >/dev/null || die "apt-get install slurmctld slurmd slurm-client munge failed"
+}
+
+munge_works() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
+
+ensure_munge() {
+    local i
+    if [ ! -s /etc/munge/munge.key ]; then
+        mkdir -p /etc/munge
+        if have mungekey; then
+            mungekey --create --keyfile=/etc/munge/munge.key --force >/dev/null 2>&1 ||
+                dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
+        else
+            dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
+        fi
+    fi
+    chown munge:munge /etc/munge /etc/munge/munge.key
+    chmod 0700 /etc/munge
+    chmod 0400 /etc/munge/munge.key
+    mkdir -p /run/munge /var/log/munge /var/lib/munge
+    chown munge:munge /run/munge /var/log/munge /var/lib/munge
+    chmod 0755 /run/munge
+    chmod 0700 /var/log/munge
+    chmod 0711 /var/lib/munge
+    munge_works && return 0
+    if running_pid "$MUNGED_PID" munged >/dev/null; then
+        die "munged is running (pid $(cat "$MUNGED_PID")) but 'munge -n | unmunge' fails"
+    fi
+    rm -f /run/munge/munge.socket.2 /run/munge/munge.socket.2.lock "$MUNGED_PID"
+    runuser -u munge -- /usr/sbin/munged ||
+        die "munged failed to start; see /var/log/munge/munged.log"
+    touch "$MUNGED_MARK"
+    for i in $(seq 1 40); do
+        munge_works && return 0
+        sleep 0.25
+    done
+    die "munged started but 'munge -n | unmunge' still fails; see /var/log/munge/munged.log"
+}
+
+ensure_hostname() {
+    getent hosts "$NODE" >/dev/null 2>&1 && return 0
+    echo "127.0.0.1 $NODE" >>/etc/hosts
+    say "added '127.0.0.1 $NODE' to /etc/hosts"
+}
+
+# Writes slurm.conf when it differs from what this script would write; never a foreign one.
+write_conf() {
+    local tmp
+    if [ -f "$CONF" ] && ! conf_is_ours; then
+        die "$CONF exists and was not written by this script; not overwriting it"
+    fi
+    mkdir -p /etc/slurm
+    tmp=$(mktemp /etc/slurm/.slurm.conf.XXXXXX)
+    desired_conf >"$tmp"
+    chmod 0644 "$tmp"
+    if [ -f "$CONF" ] && cmp -s "$tmp" "$CONF"; then
+        rm -f "$tmp"
+    else
+        mv -f "$tmp" "$CONF"
+    fi
+}
+
+ensure_dirs() {
+    mkdir -p /var/spool/slurmctld /var/spool/slurmd "$LOG_DIR"
+    chown slurm:slurm /var/spool/slurmctld "$LOG_DIR"
+    chmod 0755 /var/spool/slurmctld /var/spool/slurmd "$LOG_DIR"
+    touch "$CTLD_LOG" "$SLURMD_LOG"
+    chown slurm:slurm "$CTLD_LOG"
+}
+
+show_logs() {
+    local f
+    for f in "$CTLD_LOG" "$SLURMD_LOG"; do
+        echo "----- tail $f" >&2
+        tail -n 25 "$f" >&2 2>/dev/null || true
+    done
+}
+
+start_daemons() {
+    local hash restart=0
+    hash=$(sha256sum "$CONF" | cut -d' ' -f1)
+    if running_pid "$CTLD_PID" slurmctld >/dev/null || running_pid "$SLURMD_PID" slurmd >/dev/null; then
+        if [ "$(cat "$CONF_HASH" 2>/dev/null)" != "$hash" ]; then
+            say "$CONF changed since the daemons started; restarting them"
+            restart=1
+        fi
+    fi
+    if [ "$restart" = 1 ]; then
+        stop_daemons "$SLURMD_PID:slurmd" "$CTLD_PID:slurmctld"
+        kill_stepds
+    fi
+    if ! running_pid "$CTLD_PID" slurmctld >/dev/null; then
+        rm -f "$CTLD_PID"
+        /usr/sbin/slurmctld -f "$CONF" || { show_logs; die "slurmctld failed to start"; }
+    fi
+    if ! running_pid "$SLURMD_PID" slurmd >/dev/null; then
+        rm -f "$SLURMD_PID"
+        /usr/sbin/slurmd -f "$CONF" || { show_logs; die "slurmd failed to start"; }
+    fi
+    echo "$hash" >"$CONF_HASH"
+}
+
+wait_idle() {
+    local deadline st resumed=0
+    deadline=$(awk -v t="$(now)" -v d="$TIMEOUT" 'BEGIN {printf "%.3f", t + d}')
+    while :; do
+        st=$(timeout 15 sinfo -h -n "$NODE" -o %t 2>/dev/null | head -n 1 || true)
+        case "$st" in
+            idle|mix|alloc) return 0 ;;
+            down|drain|drng|fail|down~|drain~)
+                if [ "$resumed" = 0 ]; then
+                    scontrol update nodename="$NODE" state=resume >/dev/null 2>&1 || true
+                    resumed=1
+                fi ;;
+        esac
+        if ! running_pid "$CTLD_PID" slurmctld >/dev/null; then
+            show_logs; die "slurmctld exited while waiting for node $NODE"
+        fi
+        if ! running_pid "$SLURMD_PID" slurmd >/dev/null; then
+            show_logs; die "slurmd exited while waiting for node $NODE"
+        fi
+        if awk -v t="$(now)" -v d="$deadline" 'BEGIN {exit !(t > d)}'; then
+            show_logs
+            die "node $NODE not idle after ${TIMEOUT} s (state: ${st:-none})"
+        fi
+        sleep 0.5
+    done
+}
+
+cmd_start() {
+    local t0 st ncpu
+    t0=$(now)
+    [ "$(id -u)" = 0 ] || die "start must run as root"
+    # A SLURM that already answers with a usable node: leave it as it is, unless it is ours
+    # and its configuration is out of date (e.g. another DETOL_SLURM_CPUS).
+    if command -v sinfo >/dev/null 2>&1 && [ -f "$CONF" ]; then
+        st=$(node_states | head -n 1 || true)
+        if state_is_up "$st"; then
+            if ! conf_is_ours; then
+                say "a SLURM not configured by this script is running (node state $st); left alone"
+                timeout 15 sinfo 2>/dev/null || true
+                exit 0
+            fi
+            if desired_conf | cmp -s - "$CONF" &&
+               [ "$(cat "$CONF_HASH" 2>/dev/null)" = "$(sha256sum "$CONF" | cut -d' ' -f1)" ]; then
+                ncpu=$(timeout 15 sinfo -h -n "$NODE" -o %c 2>/dev/null | head -n 1 || true)
+                echo "slurm: already running: node $NODE $st, ${ncpu:-?} CPUs, partition $PARTITION" \
+                     "($(awk -v a="$t0" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}') s)"
+                exit 0
+            fi
+        fi
+    fi
+    ensure_packages
+    if [ -f "$CONF" ] && ! conf_is_ours; then
+        die "$CONF exists and was not written by this script; not overwriting it"
+    fi
+    ensure_hostname
+    ensure_munge
+    write_conf
+    ensure_dirs
+    start_daemons
+    wait_idle
+    st=$(timeout 15 sinfo -h -n "$NODE" -o '%t %c' 2>/dev/null | head -n 1 || true)
+    echo "slurm: node $NODE ${st%% *}, ${st##* } CPUs, partition $PARTITION" \
+         "($(awk -v a="$t0" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}') s)"
+}
+
+cmd_stop() {
+    local ids
+    if [ -f "$CONF" ] && ! conf_is_ours; then
+        say "$CONF was not written by this script; left that SLURM alone"
+        return 0
+    fi
+    [ "$(id -u)" = 0 ] || die "stop must run as root"
+    if [ -f "$CONF" ] && running_pid "$CTLD_PID" slurmctld >/dev/null; then
+        timeout 15 scancel --full --quiet -u root 2>/dev/null || true
+        ids=$(timeout 15 squeue -h -o %i 2>/dev/null | tr '\n' ' ' || true)
+        # shellcheck disable=SC2086  # one argument per job id
+        [ -z "${ids// /}" ] || timeout 15 scancel --quiet $ids 2>/dev/null || true
+    fi
+    stop_daemons "$SLURMD_PID:slurmd" "$CTLD_PID:slurmctld"
+    kill_stepds
+    rm -f "$CONF_HASH"
+    if [ -f "$MUNGED_MARK" ]; then
+        stop_daemons "$MUNGED_PID:munged"
+        rm -f "$MUNGED_MARK"
+    fi
+    say "stopped"
+}
+
+cmd_status() {
+    local st rc=1
+    command -v sinfo >/dev/null 2>&1 || die "sinfo not installed"
+    if conf_is_ours && ! running_pid "$CTLD_PID" slurmctld >/dev/null; then
+        die "slurmctld is not running (start it with: bash .ci/slurm.sh start)"
+    fi
+    timeout 15 sinfo || true
+    timeout 15 squeue || true
+    while read -r st; do
+        state_is_up "$st" && rc=0
+    done < <(node_states || true)
+    return "$rc"
+}
+
+case "${1:-}" in
+    start) cmd_start ;;
+    stop) cmd_stop ;;
+    status) cmd_status ;;
+    *) echo "usage: bash .ci/slurm.sh start|stop|status" >&2; exit 2 ;;
+esac

@@ -1,0 +1,61 @@
+"""The launcher line of an MPI job: ``"mpiexec -n {ranks}"`` -> an argv, and the job's environment.
+
+Shared by the cold path (:mod:`training.launch`) and the warm pools (:mod:`training._warm_pool`);
+it imports neither, so neither imports the other through it.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+
+DEFAULT_LAUNCHER = "mpiexec -n {ranks}"
+_TAIL = 3000
+
+
+class LauncherNotFound(ValueError):
+    """The launcher program is not on this machine (or the launcher line is empty)."""
+
+
+def resolve_program(name: str) -> str:
+    """Absolute path of the launcher program, preferring the one installed beside this Python
+    (the ``mpich`` wheel puts ``mpiexec`` there, matching the installed mpi4py)."""
+    here = os.path.dirname(sys.executable)
+    path = os.pathsep.join([here, os.environ.get("PATH", "")])
+    found = shutil.which(name, path=path)
+    if found is None:
+        raise LauncherNotFound(
+            f"launcher program {name!r} not found (install the MPICH wheel with "
+            "'pip install mpich', or set [launcher] command to your MPI's launcher)"
+        )
+    return found
+
+
+def launcher_argv(command: str | Sequence[str], ranks: int) -> list[str]:
+    """``"mpiexec -n {ranks}"`` -> ``["/venv/bin/mpiexec", "-n", "2"]``."""
+    parts = shlex.split(command) if isinstance(command, str) else list(command)
+    if not parts:
+        raise LauncherNotFound("launcher command is empty")
+    argv = [p.replace("{ranks}", str(ranks)) for p in parts]
+    argv[0] = resolve_program(argv[0])
+    return argv
+
+
+def job_env(
+    threads_per_rank: int, async_progress: bool, extra: Mapping[str, str]
+) -> dict[str, str]:
+    """The MPI job's environment: this process's, one torch thread count, ``[launcher] env``."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads_per_rank), **extra}
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    if async_progress:
+        env.setdefault("MPIR_CVAR_ASYNC_PROGRESS", "1")
+    return env
+
+
+def tail(text: str) -> str:
+    """The last few thousand characters of a job's output (for ``exit_reason``)."""
+    text = text.strip()
+    return text if len(text) <= _TAIL else "..." + text[-_TAIL:]

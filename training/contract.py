@@ -1,0 +1,30 @@
+"""What the search driver and a trial job agree on, without importing torch or mpi4py.
+
+The driver (``search/``) builds a :class:`TrialSpec` around a validated :class:`TrainConfig`,
+names the storage both sides open (:func:`open_storage`; passwords never printed:
+:func:`redact`) and the pruner rank 0 rebuilds (:func:`build_pruner`). How the job is started
+is :mod:`training.launch`.
+
+>>> from training.contract import redact
+>>> redact("postgresql://me:secret@db/optuna")
+'postgresql://me:***@db/optuna'
+"""
+
+from training._config import METRICS, SEARCHABLE, TrainConfig
+from training._launcher import DEFAULT_LAUNCHER
+from training._reporting import build_pruner
+from training._spec import TrialSpec
+from training._storage import DEFAULT_STORAGE, journal_path, open_storage, redact
+
+__all__ = [
+    "DEFAULT_LAUNCHER",
+    "DEFAULT_STORAGE",
+    "METRICS",
+    "SEARCHABLE",
+    "TrainConfig",
+    "TrialSpec",
+    "build_pruner",
+    "journal_path",
+    "open_storage",
+    "redact",
+]
