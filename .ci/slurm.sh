@@ -25,25 +25,40 @@ PARTITION=debug
 CPUS=${DETOL_SLURM_CPUS:-4}
 TIMEOUT=${DETOL_SLURM_TIMEOUT:-60}
 NODE=$(hostname -s)
+SLURMD_SINCE=  # when start launched slurmd: the node counts only once that slurmd registered
+LOCK=/run/detol-slurm.lock  # start and stop run one at a time (tests may call start in parallel)
 
 die() { echo "slurm.sh: $*" >&2; exit 1; }
 say() { echo "slurm.sh: $*"; }
 now() { date +%s.%N; }
 have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
 
+lock() {
+    exec 9>"$LOCK"
+    flock -w 180 9 || die "another 'slurm.sh start/stop' has held $LOCK for 180 s"
+}
+
+# Alive and not a zombie (a killed daemon stays a zombie until init reaps it).
+alive() {  # pid
+    local stat
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    stat=${stat##*) }
+    [ "${stat%% *}" != Z ]
+}
+
 # The pid in a pid file, if that process is alive and is the named program.
 running_pid() {  # pidfile comm
     local pid
     [ -r "$1" ] || return 1
     pid=$(tr -dc '0-9' <"$1")
-    [ -n "$pid" ] && [ -r "/proc/$pid/comm" ] || return 1
+    [ -n "$pid" ] && alive "$pid" || return 1
     [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ] || return 1
     echo "$pid"
 }
 
 any_alive() {  # pid...
     local pid
-    for pid in "$@"; do kill -0 "$pid" 2>/dev/null && return 0; done
+    for pid in "$@"; do alive "$pid" && return 0; done
     return 1
 }
 
@@ -64,7 +79,7 @@ stop_daemons() {
             sleep 0.1
         done
         for i in "${!pids[@]}"; do
-            if kill -0 "${pids[$i]}" 2>/dev/null; then
+            if alive "${pids[$i]}"; then
                 say "${names[$i]} ignored SIGTERM for 10 s, sending SIGKILL"
                 kill -KILL "${pids[$i]}" 2>/dev/null || true
             fi
@@ -93,7 +108,7 @@ conf_is_ours() { [ -f "$CONF" ] && [ "$(head -n 1 "$CONF")" = "$MARKER" ]; }
 # retry for ~10 s before failing: don't ask it then.
 node_states() {
     if conf_is_ours && ! running_pid "$CTLD_PID" slurmctld >/dev/null; then return 0; fi
-    timeout 15 sinfo -h -o %t 2>/dev/null
+    timeout 10 sinfo -h -o %t 2>/dev/null
 }
 state_is_up() { [[ $1 =~ ^(idle|mix|alloc|comp)$ ]]; }
 
@@ -117,6 +132,7 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 MpiDefault=none
 SchedulerType=sched/backfill
+SchedulerParameters=batch_sched_delay=0
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=500
@@ -178,7 +194,7 @@ ensure_munge() {
         die "munged is running (pid $(cat "$MUNGED_PID")) but 'munge -n | unmunge' fails"
     fi
     rm -f /run/munge/munge.socket.2 /run/munge/munge.socket.2.lock "$MUNGED_PID"
-    runuser -u munge -- /usr/sbin/munged ||
+    runuser -u munge -- /usr/sbin/munged 9>&- ||
         die "munged failed to start; see /var/log/munge/munged.log"
     touch "$MUNGED_MARK"
     for i in $(seq 1 40); do
@@ -236,26 +252,30 @@ start_daemons() {
             restart=1
         fi
     fi
-    if [ "$restart" = 1 ]; then
+    if [ "$restart" = 1 ]; then  # running jobs' slurmstepds survive this, as SLURM intends
         stop_daemons "$SLURMD_PID:slurmd" "$CTLD_PID:slurmctld"
-        kill_stepds
     fi
     if ! running_pid "$CTLD_PID" slurmctld >/dev/null; then
         rm -f "$CTLD_PID"
-        /usr/sbin/slurmctld -f "$CONF" || { show_logs; die "slurmctld failed to start"; }
+        /usr/sbin/slurmctld -f "$CONF" 9>&- || { show_logs; die "slurmctld failed to start"; }
     fi
     if ! running_pid "$SLURMD_PID" slurmd >/dev/null; then
         rm -f "$SLURMD_PID"
-        /usr/sbin/slurmd -f "$CONF" || { show_logs; die "slurmd failed to start"; }
+        SLURMD_SINCE=$(date +%Y-%m-%dT%H:%M:%S)
+        /usr/sbin/slurmd -f "$CONF" 9>&- || { show_logs; die "slurmd failed to start"; }
     fi
     echo "$hash" >"$CONF_HASH"
 }
 
 wait_idle() {
-    local deadline st resumed=0
+    local deadline st reg resumed=0
     deadline=$(awk -v t="$(now)" -v d="$TIMEOUT" 'BEGIN {printf "%.3f", t + d}')
     while :; do
-        st=$(timeout 15 sinfo -h -n "$NODE" -o %t 2>/dev/null | head -n 1 || true)
+        st=$(timeout 10 sinfo -h -n "$NODE" -o %t 2>/dev/null | head -n 1 || true)
+        # The state saved by a previous slurmctld may say idle before the new slurmd registers.
+        reg=$(timeout 10 scontrol -o show node "$NODE" 2>/dev/null |
+              grep -o 'SlurmdStartTime=[0-9T:-]*' | cut -d= -f2 || true)
+        [[ -z $SLURMD_SINCE || $reg > $SLURMD_SINCE || $reg == "$SLURMD_SINCE" ]] || st="unregistered"
         case "$st" in
             idle|mix|alloc) return 0 ;;
             down|drain|drng|fail|down~|drain~)
@@ -282,6 +302,7 @@ cmd_start() {
     local t0 st ncpu
     t0=$(now)
     [ "$(id -u)" = 0 ] || die "start must run as root"
+    lock
     # A SLURM that already answers with a usable node: leave it as it is, unless it is ours
     # and its configuration is out of date (e.g. another DETOL_SLURM_CPUS).
     if command -v sinfo >/dev/null 2>&1 && [ -f "$CONF" ]; then
@@ -323,6 +344,7 @@ cmd_stop() {
         return 0
     fi
     [ "$(id -u)" = 0 ] || die "stop must run as root"
+    lock
     if [ -f "$CONF" ] && running_pid "$CTLD_PID" slurmctld >/dev/null; then
         timeout 15 scancel --full --quiet -u root 2>/dev/null || true
         ids=$(timeout 15 squeue -h -o %i 2>/dev/null | tr '\n' ' ' || true)
@@ -345,8 +367,8 @@ cmd_status() {
     if conf_is_ours && ! running_pid "$CTLD_PID" slurmctld >/dev/null; then
         die "slurmctld is not running (start it with: bash .ci/slurm.sh start)"
     fi
-    timeout 15 sinfo || true
-    timeout 15 squeue || true
+    timeout 10 sinfo || die "sinfo failed: no SLURM controller answers"
+    timeout 10 squeue || true
     while read -r st; do
         state_is_up "$st" && rc=0
     done < <(node_states || true)

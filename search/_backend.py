@@ -7,6 +7,8 @@ train on unseen.
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +38,19 @@ def _dask_stop_check() -> Callable[[], bool]:
     return should_stop
 
 
+# Where a batch system names the job a Dask worker runs in (SLURM, PBS/Torque, LSF, SGE).
+BATCH_JOB_VARIABLES = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "JOB_ID")
+
+
+def where_it_ran() -> dict[str, str]:
+    """The worker's host and, inside a batch job, the job's id (trial attributes)."""
+    out = {"host": socket.gethostname()}
+    job = next((os.environ[v] for v in BATCH_JOB_VARIABLES if os.environ.get(v)), None)
+    if job:
+        out["batch_job"] = job
+    return out
+
+
 def run_trial_on_worker(spec: dict[str, Any]) -> dict[str, Any]:
     """Dask task for one trial: the MPI job, stopped if Dask cancels the task."""
-    return run_trial(spec, should_stop=_dask_stop_check())
+    return {**run_trial(spec, should_stop=_dask_stop_check()), **where_it_ran()}

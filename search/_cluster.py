@@ -128,12 +128,16 @@ def _recording_job_class(base: type, errors: list[str]) -> type:
     the client, so the driver reads ``errors`` instead (``ClusterHandle.check``).
     """
 
+    from distributed.core import Status
+
     class RecordingJob(base):  # type: ignore[misc,valid-type]
         async def start(self) -> None:
             try:
                 await super().start()
             except Exception as exc:
                 errors.append(_stderr_of(exc))
+                # Failed, not 'created': SpecCluster.close() asserts that of every job it made.
+                self.status = Status.failed
                 raise
 
     RecordingJob.__name__ = RecordingJob.__qualname__ = base.__name__

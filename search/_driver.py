@@ -53,6 +53,8 @@ RESULT_ATTRS = (
     "history",
     "counters",
     "sim_time_s",
+    "host",
+    "batch_job",
 )
 
 

@@ -212,11 +212,11 @@ def _new_storage_file(url: str) -> bool:
         return False
     parent = Path(path).expanduser().parent
     if not parent.is_dir():
-        raise StudyError("storage", f"cannot create {path!r}: directory {str(parent)!r} does "
-                         "not exist")
+        raise StudyError("storage", f"cannot create {redact(url)}: directory {str(parent)!r} "
+                         "does not exist")
     if not os.access(parent, os.W_OK):
-        raise StudyError("storage", f"cannot create {path!r}: directory {str(parent)!r} is not "
-                         "writable")
+        raise StudyError("storage", f"cannot create {redact(url)}: directory {str(parent)!r} "
+                         "is not writable")
     return True
 
 

@@ -54,3 +54,21 @@ def digits_rank1_dies_once(val_fraction: float) -> Dataset:
         open(marker, "w").close()
         threading.Timer(1.0, os._exit, (9,)).start()
     return load_dataset("digits", val_fraction)
+
+
+def digits_slow_once(val_fraction: float) -> Dataset:
+    """The first job to get here (per DETOL_FAULT_DIR) marks it and sleeps 120 s before loading
+    digits, so a test can kill its worker mid-trial; later jobs load at once."""
+    import os
+    import time
+
+    from mpi4py import MPI
+
+    marker = os.path.join(os.environ["DETOL_FAULT_DIR"], "slow-job")
+    comm = MPI.COMM_WORLD
+    first = comm.bcast(not os.path.exists(marker) if comm.rank == 0 else None)
+    if first:
+        if comm.rank == 0:
+            open(marker, "w").close()
+        time.sleep(120)
+    return load_dataset("digits", val_fraction)

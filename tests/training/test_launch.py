@@ -69,3 +69,22 @@ def test_a_diverging_run_stops_and_says_so() -> None:
     assert result["state"] == "failed"
     assert result["exit_reason"].startswith("diverged: training loss is")
     assert result["epochs_run"] < 50  # stopped, not trained to the end
+
+
+# Two separate single-rank MPI jobs where one 2-rank job was asked for: what `srun -n 2` does
+# under SLURM's MpiDefault=none with the mpich wheel (each process is "rank 0 of 1").
+SINGLETONS = "sh -c 'for i in $(seq {ranks}); do \"$@\" & done; wait' sh"
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_a_job_with_the_wrong_rank_count_fails_instead_of_training(warm: bool) -> None:
+    started = time.monotonic()
+    result = run_trial({"config": {"dataset": "digits", "epochs": 1, "ranks": 2, "hidden": 16},
+                        "launcher": SINGLETONS, "warm": warm, "timeout_s": 90})
+    assert result["state"] == "failed", result
+    reason = result["exit_reason"]
+    assert "wrong rank count: the trial asked for 2 ranks but its MPI job has 1" in reason
+    assert "srun --mpi=pmi2" in reason and "sh -c" in reason  # the fix, and the launcher line
+    assert "Traceback" not in reason  # the message says all
+    assert "history" not in result and "values" not in result  # nothing was trained or reported
+    assert time.monotonic() - started < 60
