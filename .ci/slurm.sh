@@ -63,7 +63,8 @@ any_alive() {  # pid...
 }
 
 # Stops daemons together: SIGTERM, wait up to ~10 s, then SIGKILL (a slurmd with a hung step
-# may ignore SIGTERM). Arguments: pidfile:comm pairs; pid files are removed.
+# may ignore SIGTERM). Arguments: pidfile:comm pairs; pid files are removed. Stop slurmd before
+# slurmctld, not together: a slurmd finishing a job waits for slurmctld to hear about it.
 stop_daemons() {
     local spec pid pids=() names=() i
     for spec in "$@"; do
@@ -253,7 +254,8 @@ start_daemons() {
         fi
     fi
     if [ "$restart" = 1 ]; then  # running jobs' slurmstepds survive this, as SLURM intends
-        stop_daemons "$SLURMD_PID:slurmd" "$CTLD_PID:slurmctld"
+        stop_daemons "$SLURMD_PID:slurmd"
+        stop_daemons "$CTLD_PID:slurmctld"
     fi
     if ! running_pid "$CTLD_PID" slurmctld >/dev/null; then
         rm -f "$CTLD_PID"
@@ -338,7 +340,7 @@ cmd_start() {
 }
 
 cmd_stop() {
-    local ids
+    local ids i
     if [ -f "$CONF" ] && ! conf_is_ours; then
         say "$CONF was not written by this script; left that SLURM alone"
         return 0
@@ -350,9 +352,15 @@ cmd_stop() {
         ids=$(timeout 15 squeue -h -o %i 2>/dev/null | tr '\n' ' ' || true)
         # shellcheck disable=SC2086  # one argument per job id
         [ -z "${ids// /}" ] || timeout 15 scancel --quiet $ids 2>/dev/null || true
+        # Let SLURM end them (SIGTERM, then SIGKILL after KillWait=5 s): up to 10 s.
+        for i in $(seq 1 50); do
+            [ -n "$(timeout 5 squeue -h -o %i 2>/dev/null || echo x)" ] || break
+            sleep 0.2
+        done
     fi
-    stop_daemons "$SLURMD_PID:slurmd" "$CTLD_PID:slurmctld"
+    stop_daemons "$SLURMD_PID:slurmd"
     kill_stepds
+    stop_daemons "$CTLD_PID:slurmctld"
     rm -f "$CONF_HASH"
     if [ -f "$MUNGED_MARK" ]; then
         stop_daemons "$MUNGED_PID:munged"

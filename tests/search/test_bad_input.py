@@ -228,6 +228,18 @@ def test_scheduler_that_does_not_answer(write_study: WriteStudy, journal: str) -
     _assert_no_study(journal)
 
 
+@pytest.mark.parametrize("storage", ["s.journal", "sqlite:///s.db"])
+def test_refused_scheduler_fails_at_once_and_leaves_no_storage_file(
+        write_study: WriteStudy, tmp_path: Path, storage: str) -> None:
+    # Nothing listens on port 1: a refused connection, not one that needs the timeout to pass.
+    started = time.monotonic()
+    line = _error_line(*_run(write_study(), storage, "--scheduler", "tcp://127.0.0.1:1"))
+    elapsed = time.monotonic() - started
+    assert line == "error: cluster.address: no Dask scheduler at tcp://127.0.0.1:1: connection refused"
+    assert elapsed < 3, f"took {elapsed:.1f} s for a refused connection"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["study.toml"]  # no s.journal / s.db
+
+
 # --- 8. ranks = 0 ---------------------------------------------------------------------------
 
 

@@ -8,9 +8,10 @@ fixture); these tests are skipped only where SLURM is not installed.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import optuna
@@ -23,7 +24,7 @@ from search._study_file import parse_study
 from tests.cli_helpers import search_command
 from training.contract import open_storage
 
-pytestmark = [pytest.mark.mpi, pytest.mark.usefixtures("slurm")]
+pytestmark = [pytest.mark.mpi, pytest.mark.slurm, pytest.mark.usefixtures("slurm")]
 
 JOBS = Path(__file__).resolve().parents[1] / "mpi_jobs"  # tests/mpi_jobs/_trial_helpers.py
 CLUSTER = {
@@ -33,6 +34,14 @@ CLUSTER = {
     "scheduler_host": '"127.0.0.1"',  # the "compute node" is this machine
     "adapt": "{ minimum = 0, maximum = 2 }",
 }
+
+
+@pytest.fixture(autouse=True)
+def _no_job_left_behind() -> Iterator[None]:
+    """A failed test may leave a worker job queued (its `search run` killed): never for the next."""
+    yield
+    subprocess.run(["scancel", "--full", "--user", str(os.getuid())], capture_output=True,
+                   timeout=30, check=False)
 
 
 def _study(directory: Path, *, trials: int, concurrency: int = 1, launcher: str | None = None,
