@@ -31,7 +31,7 @@ def __getattr__(name: str) -> Any:
     # pandas and plotly load only when the analysis API is used (not on Dask workers or
     # `search run`).
     if name == "trials_frame":
-        from search._analysis import trials_frame
+        from search._frame import trials_frame
 
         return trials_frame
     raise AttributeError(f"module 'search' has no attribute {name!r}")

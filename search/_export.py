@@ -1,7 +1,9 @@
 """``search export``: a study's trials as one table file (CSV or Parquet), one row per trial.
 
-The columns are :func:`search._analysis.trials_frame`'s: objective values named by metric,
-``params_NAME``, genome summary and key, epochs, ranks, algorithm, rank-seconds, ...
+The columns are :func:`search._frame.trials_frame`'s: objective values named by metric,
+``params_NAME``, genome summary and key, and what applies to the objective (epochs, ranks,
+algorithm, rank-seconds for MPI training; the simulated training time for a benchmark table;
+steps and wall time for a function), ...
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from pathlib import Path
 import optuna
 import pandas as pd
 
-from search._analysis import trials_frame
 from search._errors import StudyError
+from search._frame import trials_frame
 
 
 def _csv(df: pd.DataFrame, path: str) -> None:

@@ -20,6 +20,7 @@ import optuna
 import plotly.offline
 
 from search._analysis import Panel, objective_names, strategy_of, study_panels, trials_frame
+from search._columns import SUMMARY, format_cell, format_total, objective_kind
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1200px; color: #222;
@@ -75,8 +76,7 @@ def _best_table(study: optuna.Study, n: int = 10) -> str:
         caption = f"Pareto front ({len(done)} trials)"
     params = [c for c in done.columns if c.startswith("params_") and "genome." not in c]
     searched = {c.removeprefix("params_") for c in params}
-    attrs = [c for c in ("genome_summary", "test_accuracy", "epochs", "ranks", "algorithm",
-                         "rank_seconds") if c not in searched]
+    attrs = [c for c in SUMMARY[objective_kind(study)] if c not in searched]
     columns = ["number", *names, *params, *attrs]
     shown = done[[c for c in columns if c in done.columns]].head(n)
     shown = shown.dropna(axis=1, how="all").rename(columns=lambda c: c.removeprefix("params_"))
@@ -84,9 +84,8 @@ def _best_table(study: optuna.Study, n: int = 10) -> str:
     for _, row in shown.iterrows():
         cells = []
         for col, value in row.items():
-            text = f"{value:.4g}" if isinstance(value, float) else str(value)
             klass = ' class="text"' if col in ("genome_summary", "algorithm") else ""
-            cells.append(f"<td{klass}>{html.escape(text)}</td>")
+            cells.append(f"<td{klass}>{html.escape(format_cell(str(col), value))}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in shown.columns)
     return (f"<p class=\"meta\">{html.escape(caption)}</p><table class=\"best\"><tr>{head}</tr>"
@@ -100,14 +99,28 @@ def _header(study: optuna.Study, storage_label: str) -> str:
     objectives = ", ".join(f"{n} ({d})" for n, d in zip(names, dirs, strict=True))
     states = ", ".join(f"{counts.get(s, 0)} {s}" for s in ("complete", "pruned", "fail",
                                                            "running"))
-    epochs = sum(int(t.user_attrs.get("epochs_run", 0)) for t in study.get_trials(deepcopy=False))
     now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         f"storage {storage_label} &middot; strategy {strategy_of(study)} &middot; generated {now}",
         f"objectives: {objectives}",
-        f"{sum(counts.values())} trials: {states} &middot; {epochs} epochs trained",
+        f"{sum(counts.values())} trials: {states} &middot; {html.escape(work_done(study))}",
     ]
     return "".join(f'<p class="meta">{line}</p>' for line in lines)
+
+
+def work_done(study: optuna.Study) -> str:
+    """What the trials did, in the objective's terms: epochs trained (MPI training), simulated
+    training time (a benchmark table), wall time (a function)."""
+    trials = study.get_trials(deepcopy=False)
+    kind = objective_kind(study)
+    if kind == "table":
+        total = sum(float(t.user_attrs.get("sim_time_s", 0.0)) for t in trials)
+        return f"{format_total(total)} of simulated training (table lookups, not trained)"
+    if kind == "function":
+        total = sum(float(t.user_attrs.get("wall_time_s", 0.0)) for t in trials)
+        return f"{format_total(total)} in the objective function"
+    epochs = sum(int(t.user_attrs.get("epochs_run", 0)) for t in trials)
+    return f"{epochs} epochs trained"
 
 
 def _section(panel: Panel) -> str:

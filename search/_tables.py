@@ -11,11 +11,29 @@ from optuna.trial import FrozenTrial, TrialState
 from rich.markup import escape
 from rich.table import Table
 
+from search._columns import format_seconds, format_total, objective_kind
+
 
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)
+
+
+# Per kind of objective (see search._columns), the trial attributes a best-trials table shows
+# where a trial has them: (label, user attribute).
+_EXTRAS = {
+    "training": (("test_acc", "test_accuracy"), ("epochs", "epochs_run"),
+                 ("time s", "wall_time_s")),
+    # The lookup's own wall time (microseconds) says nothing; the table's training time does.
+    "table": (("sim time s", "sim_time_s"),),
+    "function": (("time s", "wall_time_s"),),
+    "other": (("test_acc", "test_accuracy"), ("epochs", "epochs_run"), ("time s", "wall_time_s")),
+}
+
+
+def _cell(key: str, value: Any) -> str:
+    return format_seconds(value) if key.endswith("_s") and value != "" else _fmt(value)
 
 
 def objective_names(study: optuna.Study) -> list[str]:
@@ -45,17 +63,8 @@ def best_table(study: optuna.Study, n: int = 5) -> Table:
         table.add_column(p, justify="right")
     if genomes:
         table.add_column("genome")
-    # Columns from MPI training results; a function objective's trials have none of them.
-    extras = [
-        (label, key)
-        for label, key in (
-            ("test_acc", "test_accuracy"),
-            ("epochs", "epochs_run"),
-            ("sim time s", "sim_time_s"),
-            ("time s", "wall_time_s"),
-        )
-        if any(key in t.user_attrs for t in trials)
-    ]
+    extras = [(label, key) for label, key in _EXTRAS[objective_kind(study)]
+              if any(key in t.user_attrs for t in trials)]
     for label, _ in extras:
         table.add_column(label, justify="right")
     for t in trials:
@@ -64,7 +73,7 @@ def best_table(study: optuna.Study, n: int = 5) -> Table:
             *[_fmt(v) for v in t.values],
             *[_fmt(t.params.get(p, "")) for p in params],
             *([escape(str(t.user_attrs.get("genome_summary", "")))] if genomes else []),
-            *[_fmt(t.user_attrs.get(key, "")) for _, key in extras],
+            *[_cell(key, t.user_attrs.get(key, "")) for _, key in extras],
         )
     return table
 
@@ -87,6 +96,14 @@ def status_table(study: optuna.Study, storage_label: str) -> Table:
         table.add_row("best", f"{_fmt(best[0].value)} (trial {best[0].number})")
     elif best:
         table.add_row("pareto front", f"{len(study.best_trials)} trials")
-    epochs = sum(int(t.user_attrs.get("epochs_run", 0)) for t in trials)
-    table.add_row("epochs trained", str(epochs))
+    kind = objective_kind(study)
+    if kind == "table":
+        total = sum(float(t.user_attrs.get("sim_time_s", 0.0)) for t in trials)
+        table.add_row("simulated training", f"{format_total(total)} (table lookups)")
+    elif kind == "function":
+        total = sum(float(t.user_attrs.get("wall_time_s", 0.0)) for t in trials)
+        table.add_row("time in the objective", format_total(total))
+    else:
+        epochs = sum(int(t.user_attrs.get("epochs_run", 0)) for t in trials)
+        table.add_row("epochs trained", str(epochs))
     return table

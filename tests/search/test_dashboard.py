@@ -16,8 +16,9 @@ from pathlib import Path
 import optuna
 import pytest
 
+from search._analysis import importance_figure
 from tests.cli_helpers import run_cli, search_command
-from tests.search.test_report import NB201, shared_storage
+from tests.search.test_report import MULTI, NB201, shared_storage
 from training.contract import open_storage
 
 pytestmark = pytest.mark.timeout(120)
@@ -79,6 +80,21 @@ def test_dashboard_serves_the_journal_storage(
 
         status, body = _get(page)  # the single-page app itself
         assert status == 200 and b"<html" in body.lower()
+
+        # The report's parameter importances are the dashboard's, objective by objective.
+        for name in (NB201[2], MULTI):
+            shown = optuna.load_study(study_name=name, storage=open_storage(journal))
+            status, body = _get(f"http://127.0.0.1:{port}/api/studies/{shown._study_id}"
+                                "/param_importances")
+            assert status == 200
+            served = [{p["name"]: p["importance"] for p in objective}
+                      for objective in json.loads(body)["param_importances"]]
+            figure = importance_figure(shown)
+            assert "PED-ANOVA" in figure.layout.title.text
+            drawn = [dict(zip(bar.y, bar.x, strict=True)) for bar in figure.data]
+            assert len(drawn) == len(served) == len(shown.directions)
+            for ours, theirs in zip(drawn, served, strict=True):
+                assert ours == pytest.approx(theirs, abs=1e-9), name
     finally:
         proc.send_signal(signal.SIGINT)  # Ctrl-C
         try:

@@ -205,6 +205,43 @@ def artifacts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
 
 
 
+def _on_white(color: str, opacity: float) -> float:
+    """WCAG contrast ratio of a line of ``color`` drawn with ``opacity`` on a white page."""
+    rgb = [float(v) for v in re.findall(r"[\d.]+", color)[:3]]
+    lin = []
+    for v in rgb:
+        c = (255 - opacity * (255 - v)) / 255  # composited over white
+        lin.append(c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4)
+    luminance = 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+    return 1.05 / (luminance + 0.05)
+
+
+@pytest.mark.parametrize("objective", ["val_accuracy", "val_loss"])  # maximised, minimised
+def test_parallel_coordinates_draw_the_best_trials_dark(tmp_path: Path, objective: str) -> None:
+    from search._analysis import PARALLEL_SCALE, parallel_figure
+
+    study = make_study(str(tmp_path / "p.journal"), "p", trials=16, objectives=(objective,),
+                       seed=3)
+    maximize = objective == "val_accuracy"
+    fig = parallel_figure(study)
+    lines = [t for t in fig.data if t.mode == "lines" and t.y is not None and len(t.y) > 1]
+    assert len(lines) == len(study.get_trials(states=(TrialState.COMPLETE,)))
+    # Optuna's first axis is the objective, scaled to [0, 1]; its label is (name, value).
+    ranked = sorted(lines, key=lambda t: t.y[0] if maximize else -t.y[0])
+    worst, best = ranked[0], ranked[-1]
+    assert float(best.customdata[0][1]) == pytest.approx(study.best_value, rel=1e-2)
+    # The chosen scale's best end, dark and saturated: #0d0887, drawn on top of the others.
+    assert PARALLEL_SCALE[-1] == "#0d0887"
+    assert best.line.color == "rgb(13, 8, 135)"
+    assert lines[-1] is best
+    assert _on_white(best.line.color, best.opacity) > 7  # was rgb(247,251,255): 1.04
+    assert _on_white(worst.line.color, worst.opacity) > 1.4  # the worst still shows
+    bar = next(t for t in fig.data if t.marker is not None and t.marker.showscale)
+    scale = [c for _, c in bar.marker.colorscale]
+    at_best = scale[-1] if maximize != bool(bar.marker.reversescale) else scale[0]
+    assert at_best == "#0d0887"  # the colour bar says the same
+
+
 def _panels(page: str) -> dict[str, str]:
     """data-panel -> "figure", or the note that stands in for the figure."""
     found = {}
