@@ -42,12 +42,35 @@ FORMATS: dict[str, Callable[[pd.DataFrame, str], None]] = {"csv": _csv, "parquet
 _SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 
 
+def _known() -> str:
+    return ", ".join(f"{name} ({' '.join(s for s, f in _SUFFIXES.items() if f == name)})"
+                     for name in sorted(FORMATS))
+
+
 def export_format(fmt: str | None, output: str | None) -> str:
-    """``fmt`` checked against :data:`FORMATS`, else guessed from ``output``'s suffix, else csv."""
-    if fmt is None:
-        return _SUFFIXES.get(Path(output).suffix.lower(), "csv") if output else "csv"
-    if fmt.lower() not in FORMATS:
+    """``fmt`` checked against :data:`FORMATS`, else taken from ``output``'s suffix (no suffix,
+    or standard output: csv). A suffix that names no known format, or another format than
+    ``fmt``, is an error: a file's name should not lie about what it holds.
+
+    >>> export_format(None, "t.parquet"), export_format("csv", "t.txt")
+    ('parquet', 'csv')
+    >>> try:
+    ...     export_format(None, "x.xlsx")
+    ... except StudyError as exc:
+    ...     print(exc.where, exc.message.split(";")[0])
+    output unknown suffix '.xlsx' in x.xlsx (known formats: csv (.csv), parquet (.parquet .pq))
+    """
+    suffix = Path(output).suffix.lower() if output and output != "-" else ""
+    if fmt is not None and fmt.lower() not in FORMATS:
         raise StudyError("format", f"unknown format {fmt!r} (known: {sorted(FORMATS)})")
+    if fmt is None:
+        if suffix and suffix not in _SUFFIXES:
+            raise StudyError("output", f"unknown suffix {suffix!r} in {output} (known formats: "
+                             f"{_known()}); name the file .csv or .parquet, or pass --format")
+        return _SUFFIXES.get(suffix, "csv")
+    if suffix in _SUFFIXES and _SUFFIXES[suffix] != fmt.lower():
+        raise StudyError("output", f"{output} is named {_SUFFIXES[suffix]} but --format is "
+                         f"{fmt.lower()}")
     return fmt.lower()
 
 

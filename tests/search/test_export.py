@@ -80,6 +80,13 @@ def test_default_name_and_standard_output(storage: str, tmp_path: Path,
     code, out, err = run_cli("export", NB201[1], "--storage", storage, "-o", "-")
     assert code == 0, err
     assert len(pd.read_csv(io.StringIO(out))) == 10
+    # No suffix: CSV; an explicit --format names the content of a file with another suffix.
+    code, out, err = run_cli("export", NB201[1], "--storage", storage, "-o", "trials")
+    assert code == 0 and out.endswith("(csv)\n"), out + err
+    assert len(pd.read_csv(tmp_path / "trials")) == 10
+    code, out, err = run_cli("export", NB201[1], "--storage", storage, "-o", "t.txt", "-f", "csv")
+    assert code == 0, out + err
+    assert len(pd.read_csv(tmp_path / "t.txt")) == 10
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -89,6 +96,12 @@ def test_default_name_and_standard_output(storage: str, tmp_path: Path,
     (["-o", "{tmp}/missing/t.csv"], "error: output: cannot write {tmp}/missing/t.csv: directory "
                                     "'{tmp}/missing' does not exist"),
     (["-o", "{tmp}"], "error: output: cannot write {tmp}: it is a directory"),
+    # A file's name must not lie about what it holds (this wrote CSV as x.xlsx).
+    (["-o", "{tmp}/x.xlsx"], "error: output: unknown suffix '.xlsx' in {tmp}/x.xlsx (known "
+                             "formats: csv (.csv), parquet (.parquet .pq)); name the file .csv or "
+                             ".parquet, or pass --format"),
+    (["--format", "parquet", "-o", "{tmp}/t.csv"], "error: output: {tmp}/t.csv is named csv but "
+                                                   "--format is parquet"),
 ])
 def test_bad_input_is_one_line_and_exit_2(storage: str, tmp_path: Path, args: list[str],
                                           message: str) -> None:
