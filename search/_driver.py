@@ -350,19 +350,24 @@ class Driver:
                     self._finish(run, result, counts)
                 except Exception:  # noqa: BLE001 - still fail it below rather than leave it
                     running[_future] = run
-            cluster_failed = isinstance(exc, StudyError)
-            for future, run in running.items():
-                future.cancel()
-                if cluster_failed:  # not the trial's fault: its parameters run again on resume
-                    reason = requeue(
-                        self.study, run.trial, f"cluster failed: {exc}", self.sf.budget.max_retries
-                    )
-                else:
-                    reason = "driver interrupted"
+            why = _interruption(exc)
+            for future in running:
+                future.cancel()  # the worker kills the trial's MPI job within half a second
+            for run in running.values():
+                # Not the trial's fault: its parameters run again when the study resumes.
+                reason = requeue(self.study, run.trial, why, self.sf.budget.max_retries)
                 run.trial.set_user_attr("exit_reason", reason)
                 self.study.tell(run.trial, state=TrialState.FAIL)
             raise
         return counts
+
+
+def _interruption(exc: BaseException) -> str:
+    """Why the running trials stop, for their ``exit_reason``."""
+    if isinstance(exc, StudyError):
+        return f"cluster failed: {exc}"
+    name = getattr(exc, "signal_name", "")
+    return f"driver interrupted ({name})" if name else "driver interrupted"
 
 
 def _record_genome(trial: optuna.Trial, genome: Any) -> None:

@@ -414,11 +414,14 @@ class StudyFile(_Strict):
     def max_ranks(self) -> int:
         if self.objective is not None:
             return 1
-        ranks = [self.training.ranks]
-        if "ranks" in self.space:
-            ranks += [int(v) for v in _to_dimension(self.space["ranks"]).values_to_check()]
-            ranks += [self.training.ranks]
-        return max(ranks)
+        return max([*self.rank_choices, self.training.ranks])
+
+    @property
+    def rank_choices(self) -> list[int]:
+        """The rank counts a trial may have: the searched ones, else ``training.ranks``."""
+        if "ranks" not in self.space:
+            return [self.training.ranks]
+        return sorted({int(v) for v in _to_dimension(self.space["ranks"]).values_to_check()})
 
 
 def _format(exc: ValidationError) -> StudyError:

@@ -8,7 +8,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import warnings
 from pathlib import Path
 from typing import Annotated, Any
@@ -22,7 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from search._driver import Driver, RunCounts
 from search._errors import StudyError
-from search._study import open_study, recover_orphans
+from search._study import check_same_study, open_study, recover_orphans
 from search._study_file import load_study_file
 from search._tables import best_table, objective_names, status_table
 from training.contract import DEFAULT_STORAGE, journal_path, open_storage, redact
@@ -46,6 +48,25 @@ StorageOpt = Annotated[
         f"{DEFAULT_STORAGE})",
     ),
 ]
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT, SIGTERM (``kill``, a batch system's time limit) or SIGHUP: stop as Ctrl-C does."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.signal_name = signal.Signals(signum).name
+
+
+def _interrupt(signum: int, _frame: Any) -> None:
+    raise Interrupted(signum)
+
+
+def _on_signals() -> None:
+    """Ctrl-C, ``kill`` and a closed terminal all end the run the same clean way."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
 
 
 def _fail(exc: StudyError) -> typer.Exit:
@@ -142,6 +163,8 @@ def run(
     # A worker that dies mid-trial fails that trial at once (the driver re-queues its parameters)
     # instead of Dask silently re-running it under the same trial number.
     dask.config.set({"distributed.scheduler.allowed-failures": 0})
+    if threading.current_thread() is threading.main_thread():
+        _on_signals()
     try:
         sf = load_study_file(study_file)
         url = storage or sf.storage or DEFAULT_STORAGE
@@ -150,13 +173,15 @@ def run(
         # A storage file that does not exist yet is created only once the cluster is up: a bad
         # cluster or launcher leaves nothing behind.
         storage_obj = None if _new_storage_file(url) else _open(url)
-        finished = 0 if storage_obj is None else _finished_trials(storage_obj, sf.name)
-        if storage_obj is not None and finished >= target:
+        existing = None if storage_obj is None else _existing_study(storage_obj, sf.name)
+        # A study name that exists must go on with a study file that keeps its trials comparable.
+        notes = [] if existing is None else check_same_study(existing, sf, redact(url))
+        finished = 0 if existing is None else _finished_count(existing)
+        if existing is not None and finished >= target:
             out.print(f"study {sf.name} already holds {finished} finished trials (budget "
                       f"{target}); nothing to run. Raise budget.trials or pass --trials.")
-            s = optuna.load_study(study_name=sf.name, storage=storage_obj)
-            if best_trials_exist(s):
-                out.print(best_table(s))
+            if best_trials_exist(existing):
+                out.print(best_table(existing))
             return
         # Check the cluster (and launcher) before anything is written to the storage.
         with open_cluster(
@@ -176,9 +201,9 @@ def run(
                     )
                 ).user_attrs.get("exit_reason", "its driver died")
                 out.print(f"trial {number} failed: {escape(str(reason))}", highlight=False)
-            out.print(f"study [bold]{sf.name}[/] in {escape(redact(url))}: {target} trials, "
-                      f"{n_parallel} at a time, {sf.training.ranks} ranks each "
-                      f"({sf.strategy.name}, pruner {sf.pruner.name})", highlight=False)
+            for note in notes:
+                out.print(f"note: {escape(note)}", highlight=False)
+            out.print(_header(sf, redact(url), target, finished, n_parallel), highlight=False)
             display = _Display(study, target, progress and out.is_terminal)
             driver = Driver(sf, study, cluster.client, storage_url=url, on_event=display,
                             watch=cluster.check)
@@ -190,9 +215,11 @@ def run(
         raise typer.Exit(exc.exit_code) from None
     except StudyError as exc:
         raise _fail(exc) from None
-    except KeyboardInterrupt:
-        err.print("interrupted: running trials marked failed; run again to resume")
-        raise typer.Exit(130) from None
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        err.print(f"interrupted ({signal.Signals(signum).name}): running trials marked failed "
+                  "and their parameters re-queued; run again to resume")
+        raise typer.Exit(128 + signum) from None
     if best_trials_exist(study):
         out.print(best_table(study))
     out.print(f"{counts.complete} complete, {counts.pruned} pruned, {counts.failed} failed in this "
@@ -220,14 +247,38 @@ def _new_storage_file(url: str) -> bool:
     return True
 
 
-def _finished_trials(storage: optuna.storages.BaseStorage, name: str) -> int:
-    """Finished (complete + pruned) trials of study ``name``; 0 if it does not exist. Read-only."""
+def _existing_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study | None:
+    """Study ``name`` if the storage holds it (read-only), else None."""
     try:
-        study = optuna.load_study(study_name=name, storage=storage)
+        return optuna.load_study(study_name=name, storage=storage)
     except KeyError:
-        return 0
+        return None
+
+
+def _finished_count(study: optuna.Study) -> int:
     states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     return len(study.get_trials(deepcopy=False, states=states))
+
+
+def _what_a_trial_is(sf: Any) -> str:
+    """What one trial runs, in the header's words: only what applies to the objective."""
+    from search._objectives import is_benchmark
+
+    if is_benchmark(sf.objective):
+        return f"table lookups of {sf.objective} (simulated training time)"
+    if sf.objective is not None:
+        return f"calls of {sf.objective} on Dask workers"
+    ranks = f"{sf.training.ranks}-rank"
+    if "ranks" in sf.space:
+        ranks = f"{min(sf.rank_choices)}-{max(sf.rank_choices)}-rank (searched)"
+    return f"{ranks} MPI jobs ({sf.training.dataset}, {sf.training.epochs} epochs)"
+
+
+def _header(sf: Any, where: str, target: int, finished: int, parallel: int) -> str:
+    todo = (f"{target} trials" if not finished else
+            f"{finished} of {target} trials finished, {target - finished} to run")
+    return (f"study [bold]{escape(sf.name)}[/] in {escape(where)}: {todo}, {parallel} at a time, "
+            f"{escape(_what_a_trial_is(sf))}; {sf.strategy.name}, pruner {sf.pruner.name}")
 
 
 def _load(study: str, storage: str | None) -> tuple[optuna.Study, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -49,15 +50,20 @@ def test_trials_of_a_dead_driver_are_failed_and_requeued(tmp_path: Path) -> None
 
 
 @pytest.mark.mpi
-def test_ctrl_c_fails_running_trials_and_leaves_no_mpi_job(
-    tmp_path: Path, write_study: Callable[..., Path]
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
+                         ids=["ctrl-c", "kill", "hangup"])
+def test_an_interrupt_fails_running_trials_requeues_them_and_leaves_nothing_behind(
+    tmp_path: Path, write_study: Callable[..., Path], sig: signal.Signals
 ) -> None:
     tag = f"detol-test-{uuid.uuid4().hex}"
     study_file = write_study(training={"epochs": "400", "ranks": "2"},
                              tail=f'[launcher]\nenv = {{ DETOL_TEST_TAG = "{tag}" }}')
     journal = str(tmp_path / "j.journal")
+    scratch = tmp_path / "tmp"  # the trial's temporary directory is made here
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
     proc = subprocess.Popen([*search_command(), "run", str(study_file), "--storage", journal, "--no-progress"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 60
     study = None
     while time.monotonic() < deadline:  # wait until the trial trains (it reports epochs)
@@ -73,15 +79,20 @@ def test_ctrl_c_fails_running_trials_and_leaves_no_mpi_job(
         proc.kill()
         pytest.fail("the trial never started training")
     assert _processes_tagged(tag), "the tag must be visible while the trial runs"
-    proc.send_signal(signal.SIGINT)
+    assert list(scratch.glob("detol-trial-*")), "the trial's directory must exist while it runs"
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
-    assert "interrupted" in err
+    assert proc.returncode == 128 + sig, err
+    assert f"interrupted ({sig.name}): running trials marked failed and their parameters " \
+           "re-queued; run again to resume" in err
     assert study is not None
-    (trial,) = study.get_trials()
+    trial, queued = study.get_trials()
     assert trial.state is TrialState.FAIL
-    assert trial.user_attrs["exit_reason"] == "driver interrupted"
+    assert trial.user_attrs["exit_reason"] == (
+        f"driver interrupted ({sig.name}); parameters re-queued (attempt 2 of 2)")
+    assert queued.state is TrialState.WAITING and queued.user_attrs["detol:retry_of"] == 0
     assert _processes_tagged(tag) == [], "MPI processes of the interrupted trial are still alive"
+    assert list(scratch.glob("detol-trial-*")) == [], "the trial's directory was left behind"
 
 
 def _processes_tagged(tag: str) -> list[int]:

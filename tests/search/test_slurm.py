@@ -40,7 +40,7 @@ CLUSTER = {
 def _no_job_left_behind() -> Iterator[None]:
     """A failed test may leave a worker job queued (its `search run` killed): never for the next."""
     yield
-    subprocess.run(["scancel", "--full", "--user", str(os.getuid())], capture_output=True,
+    subprocess.run(["scancel", "--user", str(os.getuid())], capture_output=True,
                    timeout=30, check=False)
 
 
