@@ -19,6 +19,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -32,7 +33,7 @@ from search._objectives import is_benchmark, run_function_trial
 from search._registry import pruner_spec
 from search._study import DRIVER_ATTR, HEARTBEAT_ATTR, HEARTBEAT_S, driver_id, requeue
 from search._study_file import StudyFile
-from training.contract import TrialSpec
+from training.contract import TrialSpec, journal_path
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 # User attributes copied from an MPI job's result onto its trial.
@@ -212,6 +213,11 @@ class Driver:
         lost: bool = False,
     ) -> None:
         reason = str(result.get("exit_reason") or "unknown error")
+        if result.get("log"):  # a failed MPI job's whole output, kept beside the storage
+            path = self._write_log(trial.number, str(result["log"]))
+            if path:
+                trial.set_user_attr("log_path", path)
+                result = {**result, "log_path": path}
         if lost:  # the worker or its connection died: the parameters deserve another run
             reason = requeue(self.study, trial, reason, self.sf.budget.max_retries)
         trial.set_user_attr("exit_reason", reason)
@@ -219,6 +225,18 @@ class Driver:
         counts.failed += 1
         counts.failures.append(f"trial {trial.number}: {reason.splitlines()[0]}")
         self.on_event("failed", trial, counts, result)
+
+    def _write_log(self, number: int, text: str) -> str | None:
+        """``detol-logs/STUDY/trial-N.log`` beside the storage file (else in the working
+        directory); its path, or None when it cannot be written (the trial still fails)."""
+        directory = log_directory(self.storage_url, self.study.study_name)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            path = directory / f"trial-{number}.log"
+            path.write_text(text)
+        except OSError:
+            return None
+        return str(path)
 
     def _finish(self, run: _Running, result: dict[str, Any], counts: RunCounts) -> None:
         trial = run.trial
@@ -360,6 +378,16 @@ class Driver:
                 self.study.tell(run.trial, state=TrialState.FAIL)
             raise
         return counts
+
+
+def log_directory(storage_url: str, study_name: str) -> Path:
+    """Where failed trials' logs go: ``detol-logs/STUDY`` beside a journal or SQLite file, else
+    under the working directory."""
+    path = journal_path(storage_url)
+    if path is None and storage_url.startswith("sqlite:///"):
+        path = storage_url[len("sqlite:///"):].split("?", 1)[0]
+    base = Path(path).expanduser().resolve().parent if path and path != ":memory:" else Path.cwd()
+    return base / "detol-logs" / study_name
 
 
 def _interruption(exc: BaseException) -> str:

@@ -27,7 +27,13 @@ from search._errors import StudyError
 from search._study import check_same_study, open_study, recover_orphans
 from search._study_file import load_study_file
 from search._tables import best_table, objective_names, status_table
-from training.contract import DEFAULT_STORAGE, journal_path, open_storage, redact
+from training.contract import (
+    DEFAULT_STORAGE,
+    check_dataset_loads,
+    journal_path,
+    open_storage,
+    redact,
+)
 
 app = typer.Typer(
     add_completion=False,
@@ -125,6 +131,8 @@ class _Display:
             if kind == "failed":
                 reason = (str(result.get("exit_reason", "")).splitlines() or [""])[0][:300]
                 line += f"\n    {escape(reason)}"
+                if result.get("log_path"):
+                    line += f"\n    full log: {escape(str(result['log_path']))}"
             self.progress.console.print(line, highlight=False, soft_wrap=True)
         stats = (f"running {c.running}  complete {c.complete}  pruned {c.pruned}  "
                  f"failed {c.failed}  {self._best()}")
@@ -183,10 +191,13 @@ def run(
             if best_trials_exist(existing):
                 out.print(best_table(existing))
             return
+        cluster_table = with_overrides(sf.cluster, backend=backend, scheduler=scheduler,
+                                       adapt_min=adapt_min, adapt_max=adapt_max)
+        if sf.objective is None and cluster_table.backend == "local":
+            _check_dataset(sf)  # trials here load it here: find out now, not after 5 failures
         # Check the cluster (and launcher) before anything is written to the storage.
         with open_cluster(
-            with_overrides(sf.cluster, backend=backend, scheduler=scheduler,
-                           adapt_min=adapt_min, adapt_max=adapt_max),
+            cluster_table,
             concurrency=n_parallel,
             max_ranks=sf.max_ranks,
             launcher=sf.launcher.command,
@@ -227,6 +238,13 @@ def run(
     if counts.stopped_because:
         err.print(f"[red]{escape(counts.stopped_because)}[/]")
         raise typer.Exit(1)
+
+
+def _check_dataset(sf: Any) -> None:
+    try:
+        check_dataset_loads(sf.training.dataset, sf.launcher.env)
+    except ValueError as exc:
+        raise StudyError("training.dataset", str(exc)) from None
 
 
 def _new_storage_file(url: str) -> bool:

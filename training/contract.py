@@ -11,6 +11,7 @@ is :mod:`training.launch`.
 """
 
 from training._config import METRICS, SEARCHABLE, TrainConfig
+from training._data import check_dataset_loads
 from training._launcher import DEFAULT_LAUNCHER
 from training._reporting import build_pruner
 from training._spec import TrialSpec
@@ -24,6 +25,7 @@ __all__ = [
     "TrainConfig",
     "TrialSpec",
     "build_pruner",
+    "check_dataset_loads",
     "journal_path",
     "open_storage",
     "redact",
