@@ -217,7 +217,7 @@ def run(
             out.print(_header(sf, redact(url), target, finished, n_parallel), highlight=False)
             display = _Display(study, target, progress and out.is_terminal)
             driver = Driver(sf, study, cluster.client, storage_url=url, on_event=display,
-                            watch=cluster.check)
+                            watch=cluster.check, single_node=cluster_table.backend == "local")
             with display.progress:
                 counts = driver.run(trials=target, concurrency=n_parallel,
                                     timeout=sf.budget.timeout)

@@ -12,7 +12,7 @@ is :mod:`training.launch`.
 
 from training._config import METRICS, SEARCHABLE, TrainConfig
 from training._data import check_dataset_loads
-from training._launcher import DEFAULT_LAUNCHER
+from training._launcher import DEFAULT_LAUNCHER, SINGLE_NODE_ENV
 from training._reporting import build_pruner
 from training._spec import TrialSpec
 from training._storage import DEFAULT_STORAGE, journal_path, open_storage, redact
@@ -22,6 +22,7 @@ __all__ = [
     "DEFAULT_STORAGE",
     "METRICS",
     "SEARCHABLE",
+    "SINGLE_NODE_ENV",
     "TrainConfig",
     "TrialSpec",
     "build_pruner",

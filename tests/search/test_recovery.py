@@ -80,6 +80,9 @@ def test_an_interrupt_fails_running_trials_requeues_them_and_leaves_nothing_behi
         pytest.fail("the trial never started training")
     assert _processes_tagged(tag), "the tag must be visible while the trial runs"
     assert list(scratch.glob("detol-trial-*")), "the trial's directory must exist while it runs"
+    if sig == signal.SIGINT:  # once is enough: what a local trial's ranks listen on
+        assert _listening_beyond_loopback(_processes_tagged(tag)) == [], \
+            "a local trial's ranks listen on the machine's network"
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + sig, err
@@ -93,6 +96,37 @@ def test_an_interrupt_fails_running_trials_requeues_them_and_leaves_nothing_behi
     assert queued.state is TrialState.WAITING and queued.user_attrs["detol:retry_of"] == 0
     assert _processes_tagged(tag) == [], "MPI processes of the interrupted trial are still alive"
     assert list(scratch.glob("detol-trial-*")) == [], "the trial's directory was left behind"
+
+
+def _listening_beyond_loopback(pids: list[int]) -> list[str]:
+    """TCP sockets in LISTEN state on a non-loopback address that only these ranks hold (the one
+    that MPICH's mpiexec hands its ranks, its control port, is left out: the ranks share it)."""
+    rank_sockets: dict[str, set[str]] = {}
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").glob("*"):
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                rank_sockets.setdefault(target[8:-1], set()).add(str(pid))
+    launcher = set()
+    for fd in Path("/proc").glob("[0-9]*/fd/*"):
+        try:
+            if (fd.parent.parent / "comm").read_text().strip() in ("mpiexec", "hydra_pmi_proxy"):
+                launcher.add(os.readlink(fd)[8:-1])
+        except OSError:
+            continue
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in Path(table).read_text().splitlines()[1:]:
+            fields = row.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            address = local.split(":")[0]
+            loopback = address in ("0100007F", "00000000000000000000000001000000")
+            if state == "0A" and inode in rank_sockets and inode not in launcher and not loopback:
+                found.append(local)
+    return found
 
 
 def _processes_tagged(tag: str) -> list[int]:
