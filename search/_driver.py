@@ -33,7 +33,7 @@ from search._objectives import is_benchmark, run_function_trial
 from search._registry import pruner_spec
 from search._study import DRIVER_ATTR, HEARTBEAT_ATTR, HEARTBEAT_S, driver_id, requeue
 from search._study_file import StudyFile
-from training.contract import SINGLE_NODE_ENV, TrialSpec, journal_path
+from training.contract import SINGLE_NODE_ENV, TrialSpec, storage_file
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 # User attributes copied from an MPI job's result onto its trial.
@@ -386,10 +386,8 @@ class Driver:
 def log_directory(storage_url: str, study_name: str) -> Path:
     """Where failed trials' logs go: ``detol-logs/STUDY`` beside a journal or SQLite file, else
     under the working directory."""
-    path = journal_path(storage_url)
-    if path is None and storage_url.startswith("sqlite:///"):
-        path = storage_url[len("sqlite:///"):].split("?", 1)[0]
-    base = Path(path).expanduser().resolve().parent if path and path != ":memory:" else Path.cwd()
+    path = storage_file(storage_url)
+    base = Path(path).expanduser().resolve().parent if path else Path.cwd()
     return base / "detol-logs" / study_name
 
 

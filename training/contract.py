@@ -15,7 +15,7 @@ from training._data import check_dataset_loads
 from training._launcher import DEFAULT_LAUNCHER, SINGLE_NODE_ENV
 from training._reporting import build_pruner
 from training._spec import TrialSpec
-from training._storage import DEFAULT_STORAGE, journal_path, open_storage, redact
+from training._storage import DEFAULT_STORAGE, journal_path, open_storage, redact, storage_file
 
 __all__ = [
     "DEFAULT_LAUNCHER",
@@ -30,4 +30,5 @@ __all__ = [
     "journal_path",
     "open_storage",
     "redact",
+    "storage_file",
 ]
