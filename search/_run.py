@@ -148,6 +148,9 @@ def run(plan: Plan, *, progress: bool) -> int:
         print_error(str(exc))
         return exc.exit_code
     except KeyboardInterrupt as exc:
+        # The bar hides the cursor; a signal that lands while the bar starts or stops skips
+        # rich's own clean-up, so show it here (nothing is written when not on a terminal).
+        out.show_cursor(True)
         signum = getattr(exc, "signum", signal.SIGINT)
         err.print(f"interrupted ({signal.Signals(signum).name}): running trials marked failed "
                   "and their parameters re-queued; run again to resume")

@@ -160,3 +160,36 @@ def test_trials_of_a_silent_driver_on_another_host_are_failed(tmp_path: Path) ->
     assert trials[beating.number].state is TrialState.RUNNING
     assert trials[unclaimed.number].state is TrialState.FAIL
     assert "before the trial started" in trials[unclaimed.number].user_attrs["exit_reason"]
+
+
+def test_kill_on_a_terminal_gives_the_cursor_back(tmp_path: Path) -> None:
+    """The live bar hides the cursor; SIGTERM must show it again, as Ctrl-C does."""
+    import pty
+
+    (tmp_path / "slow.py").write_text("import time\ndef objective(params):\n"
+                                      "    time.sleep(60)\n    return params['x']\n")
+    study = tmp_path / "study.toml"
+    study.write_text('name = "slow"\nobjective = "slow:objective"\nmetric = "x"\n'
+                     'direction = "minimize"\n[space]\nx = { type = "float", low = 0, high = 1 }\n')
+    journal = str(tmp_path / "j.journal")
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([*search_command(), "run", str(study), "--storage", journal],
+                            stdin=follower, stdout=follower, stderr=follower, cwd=tmp_path,
+                            env={**os.environ, "TERM": "xterm", "COLUMNS": "80"})
+    os.close(follower)
+    seen = b""
+    deadline = time.monotonic() + 60
+    while b"\x1b[?25l" not in seen and time.monotonic() < deadline:  # the bar hid the cursor
+        seen += os.read(leader, 65536)
+    assert b"\x1b[?25l" in seen, seen.decode(errors="replace")
+    proc.send_signal(signal.SIGTERM)
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the process closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+    assert proc.wait(timeout=60) == 143
+    assert seen.rfind(b"\x1b[?25h") > seen.rfind(b"\x1b[?25l"), "the cursor stays hidden"
