@@ -21,13 +21,8 @@ import optuna
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from search._cluster import (
-    ClusterFailed,
-    ClusterHandle,
-    check_cluster,
-    open_cluster,
-    with_overrides,
-)
+from search._cluster import check_cluster, open_cluster, with_overrides
+from search._cluster_watch import ClusterFailed, ClusterHandle
 from search._console import err, out, print_error
 from search._driver import Driver, RunCounts
 from search._errors import StudyError
