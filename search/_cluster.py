@@ -18,6 +18,7 @@ from search._cluster_plans import (
     BACKENDS,
     DEFAULT_WORKER_TIMEOUT,
     MPI,
+    ClusterPlan,
     Options,
     _Options,
     plan_cluster,
@@ -97,6 +98,21 @@ def _probe(address: str, timeout: float) -> None:
         return  # unreachable or slow: let Dask's own connect (and its timeout) decide
 
 
+def _checked_plan(
+    cluster: Options, concurrency: int, max_ranks: int, launcher: str, study_name: str | None
+) -> ClusterPlan:
+    """The plan, and for a local cluster (whose workers are this machine) the launcher."""
+    plan = plan_cluster(
+        cluster, concurrency=concurrency, max_ranks=max_ranks, study_name=study_name
+    )
+    if plan.backend == "local":
+        try:
+            launcher_argv(launcher, max_ranks)
+        except LauncherNotFound as exc:
+            raise StudyError("launcher.command", str(exc)) from None
+    return plan
+
+
 def check_cluster(
     cluster: Options,
     *,
@@ -113,15 +129,8 @@ def check_cluster(
         next(connected)  # connected, workers checked
         connected.close()  # disconnects
         return
-    plan = plan_cluster(
-        cluster, concurrency=concurrency, max_ranks=max_ranks, study_name=study_name
-    )
-    if plan.backend == "local":
-        try:
-            launcher_argv(launcher, max_ranks)
-        except LauncherNotFound as exc:
-            raise StudyError("launcher.command", str(exc)) from None
-    elif plan.backend == "slurm":
+    plan = _checked_plan(cluster, concurrency, max_ranks, launcher, study_name)
+    if plan.backend == "slurm":
         with plan.cluster_class()(**plan.kwargs) as dask_cluster:  # a scheduler, no job
             preflight_slurm(dask_cluster)
     elif plan.job_queue:
@@ -145,14 +154,7 @@ def open_cluster(
         for client in _connect(cluster, max_ranks, launcher):
             yield ClusterHandle(client, "address", worker_timeout)
         return
-    plan = plan_cluster(
-        cluster, concurrency=concurrency, max_ranks=max_ranks, study_name=study_name
-    )
-    if plan.backend == "local":
-        try:
-            launcher_argv(launcher, max_ranks)
-        except LauncherNotFound as exc:
-            raise StudyError("launcher.command", str(exc)) from None
+    plan = _checked_plan(cluster, concurrency, max_ranks, launcher, study_name)
     durations = {
         **dask.config.get("distributed.scheduler.default-task-durations", {}),
         **trial_task_durations(study_name),
