@@ -13,7 +13,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -260,6 +260,37 @@ def _probe(address: str, timeout: float) -> None:
         return  # unreachable or slow: let Dask's own connect (and its timeout) decide
 
 
+def check_cluster(
+    cluster: Options,
+    *,
+    concurrency: int,
+    max_ranks: int,
+    launcher: str,
+    study_name: str | None = None,
+) -> None:
+    """What :func:`open_cluster` checks before the first trial, starting no worker: the plan,
+    the launcher (local), the scheduler and its workers (address), and SLURM's verdict on the
+    job script (``sbatch --test-only``). Kubernetes and cloud plans are only built."""
+    if cluster.backend == "address":
+        connected = _connect(cluster, max_ranks, launcher)
+        next(connected)  # connected, workers checked
+        connected.close()  # disconnects
+        return
+    plan = plan_cluster(
+        cluster, concurrency=concurrency, max_ranks=max_ranks, study_name=study_name
+    )
+    if plan.backend == "local":
+        try:
+            launcher_argv(launcher, max_ranks)
+        except LauncherNotFound as exc:
+            raise StudyError("launcher.command", str(exc)) from None
+    elif plan.backend == "slurm":
+        with plan.cluster_class()(**plan.kwargs) as dask_cluster:  # a scheduler, no job
+            _preflight_slurm(dask_cluster)
+    elif plan.job_queue:
+        plan.cluster_class()  # the package is there
+
+
 @contextlib.contextmanager
 def open_cluster(
     cluster: Options,
@@ -341,7 +372,7 @@ def open_client(
         yield handle.client
 
 
-def _connect(cluster: Options, max_ranks: int, launcher: str) -> Iterator[Client]:
+def _connect(cluster: Options, max_ranks: int, launcher: str) -> Generator[Client, None, None]:
     from distributed import Client
 
     address, timeout = cluster.address, cluster.connect_timeout

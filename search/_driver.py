@@ -33,7 +33,7 @@ from search._objectives import is_benchmark, run_function_trial
 from search._registry import pruner_spec
 from search._study import DRIVER_ATTR, HEARTBEAT_ATTR, HEARTBEAT_S, driver_id, requeue
 from search._study_file import StudyFile
-from training.contract import TrialSpec, journal_path
+from training.contract import SINGLE_NODE_ENV, TrialSpec, storage_file
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 # User attributes copied from an MPI job's result onto its trial.
@@ -110,6 +110,7 @@ class Driver:
         storage_url: str,
         on_event: Event | None = None,
         watch: Watch | None = None,
+        single_node: bool = False,
     ) -> None:
         self.sf = sf
         self.study = study
@@ -117,6 +118,8 @@ class Driver:
         self.storage_url = storage_url
         self.on_event = on_event or (lambda *a: None)
         self.watch = watch
+        # Trials of a local cluster run on this machine: their MPI traffic stays on it.
+        self.job_env = {**(SINGLE_NODE_ENV if single_node else {}), **sf.launcher.env}
         self.space = sf.search_space
         self.pruner = pruner_spec(
             sf.pruner.name, sf.pruner.spec_options(sf.training.epochs)
@@ -156,7 +159,7 @@ class Driver:
             pruner=self.pruner,
             report=len(self.sf.objectives) == 1,
             launcher=self.sf.launcher.command,
-            env=self.sf.launcher.env,
+            env=self.job_env,
             timeout_s=self.sf.budget.trial_timeout,
             ask_time=ask_time,
             warm=self.sf.launcher.warm,
@@ -383,10 +386,8 @@ class Driver:
 def log_directory(storage_url: str, study_name: str) -> Path:
     """Where failed trials' logs go: ``detol-logs/STUDY`` beside a journal or SQLite file, else
     under the working directory."""
-    path = journal_path(storage_url)
-    if path is None and storage_url.startswith("sqlite:///"):
-        path = storage_url[len("sqlite:///"):].split("?", 1)[0]
-    base = Path(path).expanduser().resolve().parent if path and path != ":memory:" else Path.cwd()
+    path = storage_file(storage_url)
+    base = Path(path).expanduser().resolve().parent if path else Path.cwd()
     return base / "detol-logs" / study_name
 
 

@@ -15,6 +15,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 DEFAULT_LAUNCHER = "mpiexec -n {ranks}"
+# A job whose ranks all run on one machine: UCX (the mpich wheel's and Open MPI's fast path)
+# over shared memory and loopback only, so the ranks open no port on the machine's network.
+SINGLE_NODE_ENV = {"UCX_TLS": "self,sm", "UCX_NET_DEVICES": "lo"}
 _TAIL = 3000
 
 

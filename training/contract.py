@@ -19,10 +19,10 @@ from training._config import (
     ranks_message,
 )
 from training._data import check_dataset_loads
-from training._launcher import DEFAULT_LAUNCHER
+from training._launcher import DEFAULT_LAUNCHER, SINGLE_NODE_ENV
 from training._reporting import build_pruner
 from training._spec import TrialSpec
-from training._storage import DEFAULT_STORAGE, journal_path, open_storage, redact
+from training._storage import DEFAULT_STORAGE, journal_path, open_storage, redact, storage_file
 
 __all__ = [
     "DEFAULT_LAUNCHER",
@@ -30,6 +30,7 @@ __all__ = [
     "METRICS",
     "MIN_RANKS",
     "SEARCHABLE",
+    "SINGLE_NODE_ENV",
     "USED_BY",
     "TrainConfig",
     "TrialSpec",
@@ -39,4 +40,5 @@ __all__ = [
     "open_storage",
     "ranks_message",
     "redact",
+    "storage_file",
 ]

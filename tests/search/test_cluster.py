@@ -249,8 +249,10 @@ def test_local_scheduler_binds_localhost_without_a_dashboard() -> None:
                      launcher="mpiexec -n {ranks}") as client:
         assert client.scheduler.address.startswith("tcp://127.0.0.1:")
         assert client.cluster.scheduler_spec["options"]["dashboard"] is False
-        # Its HTTP endpoints (health, metrics) listen on localhost only.
+        # Its HTTP endpoints (health, metrics) listen on localhost only, and not on the
+        # dashboard's well-known port: a second study must not collide with the first.
         assert _http_hosts(client.cluster.scheduler) == {"127.0.0.1"}
+        assert client.cluster.scheduler.http_server.port != 8787
         info = client.scheduler_info()
         (worker,) = info["workers"].values()
         assert set(worker["resources"]) == {MPI} and worker["resources"][MPI] >= 1
