@@ -64,7 +64,8 @@ def _main(
 
 
 def _fail(exc: StudyError) -> typer.Exit:
-    print_error(str(exc))
+    for one in exc.errors:  # a study file's mistakes: all of them, one a line
+        print_error(str(one))
     return typer.Exit(2)
 
 
