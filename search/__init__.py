@@ -6,13 +6,22 @@ and the ``search`` command line.
 'tpe'
 """
 
+import importlib
 from typing import Any
 
-from search._driver import Driver, RunCounts
 from search._errors import StudyError
-from search._objectives import Pruned
-from search._study import open_study
-from search._study_file import StudyFile, load_study_file, parse_study
+
+# Imported on first use, so that `search --help` and the Dask workers load only what they need.
+_LAZY = {
+    "Driver": "search._driver",
+    "RunCounts": "search._driver",
+    "Pruned": "search._objectives",
+    "open_study": "search._study",
+    "StudyFile": "search._study_file",
+    "load_study_file": "search._study_file",
+    "parse_study": "search._study_file",
+    "trials_frame": "search._frame",  # pandas
+}
 
 __all__ = [
     "Driver",
@@ -28,10 +37,6 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # pandas and plotly load only when the analysis API is used (not on Dask workers or
-    # `search run`).
-    if name == "trials_frame":
-        from search._frame import trials_frame
-
-        return trials_frame
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'search' has no attribute {name!r}")

@@ -8,13 +8,8 @@ checks made before the first trial, and the watch on a cluster that must deliver
 from __future__ import annotations
 
 import contextlib
-import shutil
 import socket
-import subprocess
-import tempfile
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
 import dask
@@ -23,10 +18,16 @@ from search._cluster_plans import (
     BACKENDS,
     DEFAULT_WORKER_TIMEOUT,
     MPI,
+    ClusterPlan,
     Options,
     _Options,
     plan_cluster,
     trial_task_durations,
+)
+from search._cluster_watch import (
+    ClusterHandle,
+    preflight_slurm,
+    recording_job_class,
 )
 from search._errors import StudyError
 from training.launch import LauncherNotFound, launcher_argv
@@ -78,169 +79,6 @@ def with_overrides(
         ) from None
 
 
-class ClusterFailed(StudyError):
-    """The cluster cannot deliver workers (a rejected job, none arrived in time): stop the run."""
-
-    def __init__(self, where: str, message: str, *, exit_code: int = 1) -> None:
-        super().__init__(where, message)
-        self.exit_code = exit_code
-
-
-# Words in a batch system's refusal -> the [cluster] key that most likely caused it.
-_SUBMIT_KEYS = (
-    ("partition", "cluster.queue"),
-    ("queue", "cluster.queue"),
-    ("account", "cluster.account"),
-    ("time limit", "cluster.walltime"),
-    ("walltime", "cluster.walltime"),
-    ("memory", "cluster.memory"),
-    ("node count", "cluster.nodes"),
-    ("nodes", "cluster.nodes"),
-    ("cpu", "cluster.cpus_per_slot"),
-    ("task", "cluster.slots_per_worker"),
-)
-
-
-def _submit_error(backend: str, command: str, error: str) -> ClusterFailed:
-    """One line for a batch system that refused the worker job: the likely key, its words."""
-    lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
-    quoted = " / ".join(lines[-3:]) or "no message"
-    lowered = quoted.lower()
-    where = next((key for word, key in _SUBMIT_KEYS if word in lowered), "cluster")
-    return ClusterFailed(
-        where,
-        f"{command} rejected the {backend!r} worker job: {quoted!r} (check the [cluster] "
-        "options queue, account, walltime, memory, nodes, job_extra_directives)",
-        exit_code=2,
-    )
-
-
-def _stderr_of(exc: BaseException) -> str:
-    """The stderr part of dask-jobqueue's 'Command exited with non-zero exit code' error."""
-    text = str(exc)
-    return text.split("stderr:", 1)[1] if "stderr:" in text else text
-
-
-def _recording_job_class(base: type, errors: list[str]) -> type:
-    """``base`` (a dask-jobqueue Job) that also records why a submission failed.
-
-    Dask starts jobs in its event loop and only logs a failed ``sbatch``/``qsub``; nothing reaches
-    the client, so the driver reads ``errors`` instead (``ClusterHandle.check``).
-    """
-
-    from distributed.core import Status
-
-    class RecordingJob(base):  # type: ignore[misc,valid-type]
-        async def start(self) -> None:
-            try:
-                await super().start()
-            except Exception as exc:
-                errors.append(_stderr_of(exc))
-                # Failed, not 'created': SpecCluster.close() asserts that of every job it made.
-                self.status = Status.failed
-                raise
-
-    RecordingJob.__name__ = RecordingJob.__qualname__ = base.__name__
-    return RecordingJob
-
-
-@dataclass
-class ClusterHandle:
-    """A connected client, and the watch that the cluster keeps delivering workers.
-
-    The driver calls :meth:`check` on every turn of its loop: it raises ClusterFailed when the
-    batch system refused a worker job, or when trials have waited ``worker_timeout`` seconds
-    with no worker connected at all (a busy cluster whose workers all run trials is fine).
-    """
-
-    client: Client
-    backend: str
-    worker_timeout: float
-    cluster: Any = None  # the cluster we started (None: an existing scheduler)
-    submit_errors: list[str] = field(default_factory=list)
-    _waiting_since: float | None = None
-    _next_look: float = 0.0
-
-    def check(self, *, waiting: bool) -> None:
-        if self.submit_errors:
-            command = (
-                getattr(getattr(self.cluster, "job_cls", None), "submit_command", "")
-                or "the batch system"
-            )
-            raise _submit_error(self.backend, command.split()[0], self.submit_errors[0])
-        now = time.monotonic()
-        if not waiting:
-            self._waiting_since = None
-            return
-        if now < self._next_look:  # one scheduler round trip a second at most
-            return
-        self._next_look = now + 1.0
-        if self.client.scheduler_info(n_workers=-1)["workers"]:
-            self._waiting_since = None
-            return
-        if self._waiting_since is None:
-            self._waiting_since = now
-        elif now - self._waiting_since > self.worker_timeout:
-            raise ClusterFailed(
-                "cluster.worker_timeout",
-                f"trials waited {self.worker_timeout:g} s and no Dask worker connected "
-                f"({self._what_was_waited_for()}); if the queue is merely busy, raise "
-                "cluster.worker_timeout",
-            )
-
-    def _what_was_waited_for(self) -> str:
-        if self.cluster is None:
-            return f"the scheduler at {self.client.scheduler.address} has no workers"
-        started = getattr(self.cluster, "workers", {}).values()
-        jobs = [str(job.job_id) for job in started if getattr(job, "job_id", None)]
-        if not jobs:
-            return f"the {self.backend!r} cluster started no worker"
-        states = _queue_states(self.backend, jobs)
-        return f"{self.backend} jobs {', '.join(jobs)} submitted" + (
-            f": {states}" if states else ""
-        )
-
-
-def _queue_states(backend: str, jobs: list[str]) -> str:
-    """What the batch system says about ``jobs`` (best effort, e.g. 'PENDING (Resources)')."""
-    if backend != "slurm" or not shutil.which("squeue"):
-        return ""
-    try:
-        out = subprocess.run(
-            ["squeue", "-h", "-j", ",".join(jobs), "-o", "%i %T (%r)"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return "; ".join(line.strip() for line in out.splitlines() if line.strip())
-
-
-def _preflight_slurm(cluster: Any) -> None:
-    """``sbatch --test-only`` on the worker job script: SLURM's refusal before anything starts."""
-    if not shutil.which("sbatch"):
-        raise StudyError(
-            "cluster.backend", "the 'slurm' backend needs SLURM's sbatch on PATH (not found)"
-        )
-    with tempfile.NamedTemporaryFile("w", suffix=".sh", prefix="detol-job-") as script:
-        script.write(cluster.job_script())
-        script.flush()
-        try:
-            proc = subprocess.run(
-                ["sbatch", "--test-only", script.name],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            return  # a slow controller is not a refusal; the run's own watch takes over
-    if proc.returncode != 0:
-        raise _submit_error("slurm", "sbatch", proc.stderr or proc.stdout)
-
-
 def _probe(address: str, timeout: float) -> None:
     """StudyError at once when nothing listens at ``address`` (Dask retries until its timeout)."""
     scheme, _, rest = address.rpartition("://")
@@ -260,6 +98,45 @@ def _probe(address: str, timeout: float) -> None:
         return  # unreachable or slow: let Dask's own connect (and its timeout) decide
 
 
+def _checked_plan(
+    cluster: Options, concurrency: int, max_ranks: int, launcher: str, study_name: str | None
+) -> ClusterPlan:
+    """The plan, and for a local cluster (whose workers are this machine) the launcher."""
+    plan = plan_cluster(
+        cluster, concurrency=concurrency, max_ranks=max_ranks, study_name=study_name
+    )
+    if plan.backend == "local":
+        try:
+            launcher_argv(launcher, max_ranks)
+        except LauncherNotFound as exc:
+            raise StudyError("launcher.command", str(exc)) from None
+    return plan
+
+
+def check_cluster(
+    cluster: Options,
+    *,
+    concurrency: int,
+    max_ranks: int,
+    launcher: str,
+    study_name: str | None = None,
+) -> None:
+    """What :func:`open_cluster` checks before the first trial, starting no worker: the plan,
+    the launcher (local), the scheduler and its workers (address), and SLURM's verdict on the
+    job script (``sbatch --test-only``). Kubernetes and cloud plans are only built."""
+    if cluster.backend == "address":
+        connected = _connect(cluster, max_ranks, launcher)
+        next(connected)  # connected, workers checked
+        connected.close()  # disconnects
+        return
+    plan = _checked_plan(cluster, concurrency, max_ranks, launcher, study_name)
+    if plan.backend == "slurm":
+        with plan.cluster_class()(**plan.kwargs) as dask_cluster:  # a scheduler, no job
+            preflight_slurm(dask_cluster)
+    elif plan.job_queue:
+        plan.cluster_class()  # the package is there
+
+
 @contextlib.contextmanager
 def open_cluster(
     cluster: Options,
@@ -277,14 +154,7 @@ def open_cluster(
         for client in _connect(cluster, max_ranks, launcher):
             yield ClusterHandle(client, "address", worker_timeout)
         return
-    plan = plan_cluster(
-        cluster, concurrency=concurrency, max_ranks=max_ranks, study_name=study_name
-    )
-    if plan.backend == "local":
-        try:
-            launcher_argv(launcher, max_ranks)
-        except LauncherNotFound as exc:
-            raise StudyError("launcher.command", str(exc)) from None
+    plan = _checked_plan(cluster, concurrency, max_ranks, launcher, study_name)
     durations = {
         **dask.config.get("distributed.scheduler.default-task-durations", {}),
         **trial_task_durations(study_name),
@@ -293,12 +163,12 @@ def open_cluster(
     extra: dict[str, Any] = {}
     if plan.job_queue:
         base: Any = plan.cluster_class()
-        extra["job_cls"] = _recording_job_class(base.job_cls, errors)
+        extra["job_cls"] = recording_job_class(base.job_cls, errors)
     # The in-process scheduler (local, slurm, pbs) reads these when it first sees a trial task.
     with (
         dask.config.set({"distributed.scheduler.default-task-durations": durations}),
         plan.start(
-            preflight=_preflight_slurm if plan.backend == "slurm" else None, **extra
+            preflight=preflight_slurm if plan.backend == "slurm" else None, **extra
         ) as dask_cluster,
         Client(dask_cluster) as client,
     ):
@@ -341,7 +211,7 @@ def open_client(
         yield handle.client
 
 
-def _connect(cluster: Options, max_ranks: int, launcher: str) -> Iterator[Client]:
+def _connect(cluster: Options, max_ranks: int, launcher: str) -> Generator[Client, None, None]:
     from distributed import Client
 
     address, timeout = cluster.address, cluster.connect_timeout

@@ -167,8 +167,11 @@ class Backend:
 
 
 def _dashboard_address(opts: Options, host: str) -> str | None:
-    if opts.dashboard is False:
-        return None
+    """Where the scheduler's HTTP server binds. Dask starts one even without a dashboard (health
+    and metrics routes), by default on port 8787: off means an ephemeral port on ``host``, so
+    no well-known port is taken and a second study never collides with the first."""
+    if opts.dashboard is False:  # no host (an interface): Dask binds to the scheduler's address
+        return f"{host}:0" if host else None
     if opts.dashboard is True:
         return f"{host}:8787"
     return str(opts.dashboard)
@@ -216,6 +219,7 @@ def _plan_local(
         "resources": {MPI: slots},
         "host": host,
         "dashboard_address": _dashboard_address(opts, host),
+        "scheduler_kwargs": {"dashboard": opts.dashboard is not False},
         "silence_logs": logging.ERROR,
         # Workers import the trial code when they start, not during the first trial.
         "preload": list(WORKER_PRELOAD),

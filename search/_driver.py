@@ -19,6 +19,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -32,7 +33,7 @@ from search._objectives import is_benchmark, run_function_trial
 from search._registry import pruner_spec
 from search._study import DRIVER_ATTR, HEARTBEAT_ATTR, HEARTBEAT_S, driver_id, requeue
 from search._study_file import StudyFile
-from training.contract import TrialSpec
+from training.contract import SINGLE_NODE_ENV, TrialSpec, storage_file
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 # User attributes copied from an MPI job's result onto its trial.
@@ -109,6 +110,7 @@ class Driver:
         storage_url: str,
         on_event: Event | None = None,
         watch: Watch | None = None,
+        single_node: bool = False,
     ) -> None:
         self.sf = sf
         self.study = study
@@ -116,6 +118,8 @@ class Driver:
         self.storage_url = storage_url
         self.on_event = on_event or (lambda *a: None)
         self.watch = watch
+        # Trials of a local cluster run on this machine: their MPI traffic stays on it.
+        self.job_env = {**(SINGLE_NODE_ENV if single_node else {}), **sf.launcher.env}
         self.space = sf.search_space
         self.pruner = pruner_spec(
             sf.pruner.name, sf.pruner.spec_options(sf.training.epochs)
@@ -155,7 +159,7 @@ class Driver:
             pruner=self.pruner,
             report=len(self.sf.objectives) == 1,
             launcher=self.sf.launcher.command,
-            env=self.sf.launcher.env,
+            env=self.job_env,
             timeout_s=self.sf.budget.trial_timeout,
             ask_time=ask_time,
             warm=self.sf.launcher.warm,
@@ -212,6 +216,11 @@ class Driver:
         lost: bool = False,
     ) -> None:
         reason = str(result.get("exit_reason") or "unknown error")
+        if result.get("log"):  # a failed MPI job's whole output, kept beside the storage
+            path = self._write_log(trial.number, str(result["log"]))
+            if path:
+                trial.set_user_attr("log_path", path)
+                result = {**result, "log_path": path}
         if lost:  # the worker or its connection died: the parameters deserve another run
             reason = requeue(self.study, trial, reason, self.sf.budget.max_retries)
         trial.set_user_attr("exit_reason", reason)
@@ -219,6 +228,18 @@ class Driver:
         counts.failed += 1
         counts.failures.append(f"trial {trial.number}: {reason.splitlines()[0]}")
         self.on_event("failed", trial, counts, result)
+
+    def _write_log(self, number: int, text: str) -> str | None:
+        """``detol-logs/STUDY/trial-N.log`` beside the storage file (else in the working
+        directory); its path, or None when it cannot be written (the trial still fails)."""
+        directory = log_directory(self.storage_url, self.study.study_name)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            path = directory / f"trial-{number}.log"
+            path.write_text(text)
+        except OSError:
+            return None
+        return str(path)
 
     def _finish(self, run: _Running, result: dict[str, Any], counts: RunCounts) -> None:
         trial = run.trial
@@ -350,19 +371,32 @@ class Driver:
                     self._finish(run, result, counts)
                 except Exception:  # noqa: BLE001 - still fail it below rather than leave it
                     running[_future] = run
-            cluster_failed = isinstance(exc, StudyError)
-            for future, run in running.items():
-                future.cancel()
-                if cluster_failed:  # not the trial's fault: its parameters run again on resume
-                    reason = requeue(
-                        self.study, run.trial, f"cluster failed: {exc}", self.sf.budget.max_retries
-                    )
-                else:
-                    reason = "driver interrupted"
+            why = _interruption(exc)
+            for future in running:
+                future.cancel()  # the worker kills the trial's MPI job within half a second
+            for run in running.values():
+                # Not the trial's fault: its parameters run again when the study resumes.
+                reason = requeue(self.study, run.trial, why, self.sf.budget.max_retries)
                 run.trial.set_user_attr("exit_reason", reason)
                 self.study.tell(run.trial, state=TrialState.FAIL)
             raise
         return counts
+
+
+def log_directory(storage_url: str, study_name: str) -> Path:
+    """Where failed trials' logs go: ``detol-logs/STUDY`` beside a journal or SQLite file, else
+    under the working directory."""
+    path = storage_file(storage_url)
+    base = Path(path).expanduser().resolve().parent if path else Path.cwd()
+    return base / "detol-logs" / study_name
+
+
+def _interruption(exc: BaseException) -> str:
+    """Why the running trials stop, for their ``exit_reason``."""
+    if isinstance(exc, StudyError):
+        return f"cluster failed: {exc}"
+    name = getattr(exc, "signal_name", "")
+    return f"driver interrupted ({name})" if name else "driver interrupted"
 
 
 def _record_genome(trial: optuna.Trial, genome: Any) -> None:

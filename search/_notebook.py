@@ -15,8 +15,8 @@ from pathlib import Path
 
 import optuna
 
-from search._errors import StudyError
-from training.contract import DEFAULT_STORAGE, journal_path, open_storage
+from search._errors import StudyError, words
+from training.contract import DEFAULT_STORAGE, journal_path, open_storage, redact
 
 _SET_STORAGE = "set STORAGE (or DETOL_STORAGE) to the journal file or storage URL of your study"
 
@@ -59,14 +59,14 @@ def load_studies(names: Sequence[str] | str | None, storage: str | None = None,
     try:
         backend = open_storage(url)
     except ValueError as exc:
-        raise StudyError("storage", f"{url}: {exc}") from None
+        raise StudyError("storage", f"{redact(url)}: {exc}") from None
     known = optuna.get_all_study_names(backend)
     wanted = [n for n in (names.split(",") if isinstance(names, str) else names or []) if n]
     missing = [n for n in wanted if n not in known]
     if missing or not known:
         what = f"no study {missing[0]!r}" if missing else "no study at all"
-        raise StudyError("study", f"{what} in {url} (found: {known}); set STUDY (or "
-                         "DETOL_STUDY) to one of them")
+        raise StudyError("study", f"{what} in {redact(url)} (found: {words(known) or 'none'}); "
+                         "set STUDY (or DETOL_STUDY) to one of them")
     return [optuna.load_study(study_name=n, storage=backend) for n in wanted or known]
 
 

@@ -28,6 +28,65 @@ def driver_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+STUDY_ATTR = "detol:study"  # the validated study file the study was made with (its latest form)
+CHANGES_ATTR = "detol:study_changes"  # the accepted changes, one entry per run that made some
+
+# Keys of the study file that only say how (or how long) to run: changing them keeps every trial
+# comparable. Strategy and pruner change which trials are run, not what a trial means: allowed,
+# and said. Anything else (objective, metric, direction, [training], [space]) changes what a
+# trial's value means: refused.
+_HOW_TO_RUN = ("name", "storage", "budget.", "cluster.", "launcher.", "training.threads_per_rank",
+               "training.bucket_kb", "training.mpi_async_progress")
+_DECIDERS = ("strategy.", "pruner.")
+
+
+def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict):
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(_flat(value, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): data}
+
+
+def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    a, b = _flat(old), _flat(new)
+    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def _show(value: Any) -> str:
+    return "(none)" if value is None else json.dumps(value)
+
+
+def check_same_study(study: optuna.Study, sf: StudyFile, where: str) -> list[str]:
+    """StudyError if ``sf`` would add trials that cannot be compared with the study's own.
+
+    Returns one note per allowed change of strategy or pruner (the budget, cluster and launcher
+    may change freely). ``where`` names the storage in the message.
+    """
+    stored = study.user_attrs.get(STUDY_ATTR)
+    if not isinstance(stored, dict):  # made by plain Optuna or an older detol: nothing to compare
+        return []
+    new = _stored_form(sf)
+    changes = [c for c in _changes(stored, new) if not c[0].startswith(_HOW_TO_RUN)]
+    refused = [c for c in changes if not c[0].startswith(_DECIDERS)]
+    if refused:
+        shown = "; ".join(f"{k}: {_show(a)} -> {_show(b)}" for k, a, b in refused[:6])
+        more = f" (and {len(refused) - 6} more)" if len(refused) > 6 else ""
+        n = len(study.get_trials(deepcopy=False))
+        raise StudyError(
+            "name",
+            f"study {sf.name!r} in {where} holds {n} trials made with another study file "
+            f"({shown}{more}): new trials would not be comparable with them. Give the study a "
+            f"new name, or delete the old one first (search delete {sf.name})",
+        )
+    return [f"{k} changed from {_show(a)} to {_show(b)}" for k, a, b in changes]
+
+
+def _stored_form(sf: StudyFile) -> dict[str, Any]:
+    return json.loads(sf.model_dump_json()) | {"storage": None}
+
+
 def open_study(sf: StudyFile, storage: BaseStorage) -> optuna.Study:
     """Create the study, or load it if it exists with the same objectives (resume)."""
     try:
@@ -68,7 +127,15 @@ def open_study(sf: StudyFile, storage: BaseStorage) -> optuna.Study:
     )
     if existing is None:
         study.set_metric_names(sf.objectives)
-        study.set_user_attr("detol:study", json.loads(sf.model_dump_json()) | {"storage": None})
+        study.set_user_attr(STUDY_ATTR, _stored_form(sf))
+    else:
+        notes = check_same_study(existing, sf, "its storage")
+        if notes:  # the stored file says what the next trials run with; the history what changed
+            history = list(existing.user_attrs.get(CHANGES_ATTR, []))
+            history.append({"time": time.time(), "before_trial": len(existing.trials),
+                            "changes": notes})
+            study.set_user_attr(CHANGES_ATTR, history)
+            study.set_user_attr(STUDY_ATTR, _stored_form(sf))
     return study
 
 

@@ -11,7 +11,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import (
     AfterValidator,
@@ -19,9 +19,12 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
     field_validator,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 
 import spaces
 from search._cluster_plans import (
@@ -30,10 +33,19 @@ from search._cluster_plans import (
     Adapt,
     check_backend_options,
 )
-from search._errors import StudyError
+from search._errors import StudyError, plain, pydantic_message, words
 from search._objectives import benchmark_space_check, check_objective, is_benchmark
 from search._registry import PRUNER_OPTIONS, PRUNERS, STRATEGIES, STRATEGY_OPTIONS
-from training.contract import DEFAULT_LAUNCHER, METRICS, SEARCHABLE, TrainConfig
+from search._space_table import (
+    TYPES,
+    Dimension,
+    RawDimension,
+    build_space,
+    check_space,
+    salvage,
+    to_dimension,
+)
+from training.contract import DEFAULT_LAUNCHER, METRICS, TrainConfig
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
@@ -60,7 +72,7 @@ class Budget(_Strict):
 def _one_of(registry: Mapping[str, object], kind: str) -> AfterValidator:
     def check(v: str) -> str:
         if v not in registry:
-            raise ValueError(f"unknown {kind} {v!r} (known: {sorted(registry)})")
+            raise ValueError(f"unknown {kind} {v!r} (known: {words(sorted(registry))})")
         return v
 
     return AfterValidator(check)
@@ -92,15 +104,20 @@ class Strategy(_Strict):
     @model_validator(mode="after")
     def _own_options(self) -> Strategy:
         allowed = set(STRATEGY_OPTIONS[self.name])
-        for key in sorted(self.model_fields_set - {"name", "seed"} - allowed):
-            raise StudyError(
+        problems = [
+            StudyError(
                 f"strategy.{key}",
-                f"not an option of the {self.name!r} strategy (its options: {sorted(allowed)})",
+                f"not an option of the {self.name!r} strategy "
+                f"(its options: {words(sorted(allowed)) or 'none'})",
             )
+            for key in sorted(self.model_fields_set - {"name", "seed"} - allowed)
+        ]
         if self.tournament is not None and self.tournament > (
-            self.population or STRATEGY_OPTIONS[self.name]["population"]
+            self.population or STRATEGY_OPTIONS[self.name].get("population", self.tournament)
         ):
-            raise StudyError("strategy.tournament", "must be <= population")
+            problems.append(StudyError("strategy.tournament", "must be <= population"))
+        if problems:
+            raise StudyError.many(problems)
         return self
 
 
@@ -126,17 +143,25 @@ class Pruner(_Strict):
     @model_validator(mode="after")
     def _own_options(self) -> Pruner:
         allowed = set(PRUNER_OPTIONS[self.name])
+        problems = []
         if self.name == "patient":
             if self.wrapped == "patient":
-                raise StudyError("pruner.wrapped", "a patient pruner cannot wrap another one")
+                problems.append(
+                    StudyError("pruner.wrapped", "a patient pruner cannot wrap another one")
+                )
             allowed |= set(PRUNER_OPTIONS[self.wrapped])
-        for key in sorted(self.model_fields_set - {"name"} - allowed):
-            raise StudyError(
+        problems += [
+            StudyError(
                 f"pruner.{key}",
-                f"not an option of the {self.name!r} pruner (its options: {sorted(allowed)})",
+                f"not an option of the {self.name!r} pruner "
+                f"(its options: {words(sorted(allowed)) or 'none'})",
             )
+            for key in sorted(self.model_fields_set - {"name"} - allowed)
+        ]
         if self.name == "threshold" and self.lower is None and self.upper is None:
-            raise StudyError("pruner", "the threshold pruner needs lower and/or upper")
+            problems.append(StudyError("pruner", "the threshold pruner needs lower and/or upper"))
+        if problems:
+            raise StudyError.many(problems)
         return self
 
     def spec_options(self, epochs: int) -> dict[str, Any]:
@@ -213,38 +238,6 @@ class Cluster(_Strict):
         return self
 
 
-class _Float(_Strict):
-    type: Literal["float"]
-    low: float
-    high: float
-    log: bool = False
-    step: float | None = None
-
-
-class _Int(_Strict):
-    type: Literal["int"]
-    low: int
-    high: int
-    log: bool = False
-    step: int = 1
-
-
-class _Categorical(_Strict):
-    type: Literal["categorical"]
-    choices: list[bool | int | float | str] = Field(min_length=1)
-
-
-_Dimension = Annotated[_Float | _Int | _Categorical, Field(discriminator="type")]
-
-
-def _to_dimension(d: _Float | _Int | _Categorical) -> spaces.Dimension:
-    if isinstance(d, _Float):
-        return spaces.Float(low=d.low, high=d.high, log=d.log, step=d.step)
-    if isinstance(d, _Int):
-        return spaces.Int(low=d.low, high=d.high, log=d.log, step=d.step)
-    return spaces.Categorical(tuple(d.choices))
-
-
 class StudyFile(_Strict):
     name: str
     # None: every trial trains [training] as an MPI job. "nb201:cifar10": a benchmark table
@@ -259,7 +252,7 @@ class StudyFile(_Strict):
     training: TrainConfig = TrainConfig()
     launcher: Launcher = Launcher()
     cluster: Cluster = Cluster()
-    space: dict[str, _Dimension] = Field(default_factory=dict)
+    space: dict[str, Dimension] = Field(default_factory=dict)
     # [space.genome]: a topology family (family = "cell" | "macro" | "stack" and its options).
     space_genome: dict[str, Any] | None = Field(None, exclude=True)
 
@@ -300,12 +293,19 @@ class StudyFile(_Strict):
 
     @field_validator("metric")
     @classmethod
-    def _metric(cls, v: str | list[str]) -> str | list[str]:
+    def _metric(cls, v: str | list[str], info: ValidationInfo) -> str | list[str]:
         if isinstance(v, list) and not v:
             raise ValueError("needs at least one metric")
+        problems = []
         for m in [v] if isinstance(v, str) else v:
             if not re.fullmatch(r"[A-Za-z_][\w.\-]*", m):
-                raise ValueError(f"{m!r} is not a metric name")
+                problems.append(StudyError("metric", f"{m!r} is not a metric name"))
+            elif "objective" in info.data and info.data["objective"] is None and m not in METRICS:
+                problems.append(
+                    StudyError("metric", f"unknown metric {m!r} (known: {words(METRICS)})")
+                )
+        if problems:
+            raise StudyError.many(problems)
         return v
 
     @field_validator("direction")
@@ -316,48 +316,84 @@ class StudyFile(_Strict):
                 raise ValueError(f"expected 'minimize' or 'maximize', got {d!r}")
         return v
 
+    @field_validator("training", mode="wrap")
+    @classmethod
+    def _training(
+        cls, v: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+    ) -> TrainConfig:
+        try:
+            return handler(v)  # type: ignore[no-any-return]
+        except ValidationError as exc:
+            if isinstance(info.context, dict):  # what [space]'s checks can still use
+                info.context["training"] = salvage(v, exc)
+            raise
+
+    @field_validator("space")
+    @classmethod
+    def _space(cls, v: dict[str, RawDimension], info: ValidationInfo) -> dict[str, RawDimension]:
+        # Runs with whatever validated before it: a broken [training] or objective leaves out
+        # only the checks that need the broken part, so every other mistake is still reported.
+        trains = None if "objective" not in info.data else info.data["objective"] is None
+        training, broken = info.data.get("training"), frozenset[str]()
+        if training is None and isinstance(info.context, dict) and info.context.get("training"):
+            training, broken = info.context["training"]
+        problems = check_space(v, trains=trains, training=training, broken=broken)
+        if problems:
+            raise StudyError.many(problems)
+        return v
+
     @model_validator(mode="after")
     def _consistent(self) -> StudyFile:
-        if self.objective is None:
-            for m in self.objectives:
-                if m not in METRICS:
-                    raise StudyError("metric", f"unknown metric {m!r} (known: {sorted(METRICS)})")
-        elif self.direction is None:
-            for m in self.objectives:
-                if m not in METRICS:
-                    raise StudyError(
-                        "direction",
-                        f"required for metric {m!r} of objective {self.objective!r}: "
-                        "'maximize' or 'minimize'",
-                    )
+        problems: list[StudyError] = []
+        if self.objective is not None and self.direction is None:
+            problems += [
+                StudyError(
+                    "direction",
+                    f"required for metric {m!r} of objective {self.objective!r}: "
+                    "'maximize' or 'minimize'",
+                )
+                for m in self.objectives
+                if m not in METRICS
+            ]
         if self.direction is not None and len(self.directions) != len(self.objectives):
-            raise StudyError(
-                "direction",
-                f"{len(self.directions)} direction(s) for {len(self.objectives)} metric(s)",
+            problems.append(
+                StudyError(
+                    "direction",
+                    f"{len(self.directions)} direction(s) for {len(self.objectives)} metric(s)",
+                )
             )
         if len(self.objectives) > 1 and self.pruner.name != "none":
-            raise StudyError(
-                "pruner",
-                'Optuna cannot prune multi-objective studies; set pruner = "none"',
+            problems.append(
+                StudyError(
+                    "pruner",
+                    'Optuna cannot prune multi-objective studies; set pruner = "none"',
+                )
             )
-        for name, dim in self.space.items():
-            self._check_dimension(name, dim)
+        genome_ok = True
         if self.space_genome is not None:
-            self._genome_family()
-        if is_benchmark(self.objective):
+            try:
+                self._genome_family()
+            except StudyError as exc:
+                problems.append(exc)
+                genome_ok = False
+        if is_benchmark(self.objective) and genome_ok:
             check_space = benchmark_space_check(str(self.objective))
             try:
                 check_space(self.search_space.get("genome"))
             except ValueError as exc:
                 where, _, message = str(exc).partition(": ")
-                raise StudyError(where, message) from None
+                problems.append(StudyError(where, message))
+        if problems:
+            raise StudyError.many(problems)
         return self
 
     def _genome_family(self) -> spaces.GenomeFamily:
         table = dict(self.space_genome or {})
         family = table.pop("family", None)
         if family is None:
-            raise StudyError("space.genome.family", f"required: one of {sorted(spaces.FAMILIES)}")
+            raise StudyError(
+                "space.genome.family", f"required: one of: {words(sorted(spaces.FAMILIES))}"
+            )
         try:
             return spaces.make_family(family, **table)
         except (ValueError, TypeError) as exc:
@@ -365,32 +401,6 @@ class StudyFile(_Strict):
             if sep and re.fullmatch(r"[A-Za-z_][\w.\[\]]*", key):
                 raise StudyError(f"space.genome.{key}", rest) from None
             raise StudyError("space.genome", str(exc)) from None
-
-    def _check_dimension(self, name: str, raw: _Float | _Int | _Categorical) -> None:
-        where = f"space.{name}"
-        if self.objective is not None:  # a function objective takes any parameter names
-            try:
-                _to_dimension(raw)
-            except ValueError as exc:
-                raise StudyError(where, str(exc)) from None
-            return
-        if name not in SEARCHABLE:
-            raise StudyError(
-                where, f"not a searchable training parameter (known: {list(SEARCHABLE)})"
-            )
-        try:
-            dim = _to_dimension(raw)
-        except ValueError as exc:
-            raise StudyError(where, str(exc)) from None
-        field = TrainConfig.model_fields[name]
-        if field.annotation is int and isinstance(raw, _Float):
-            raise StudyError(where, f'{name} is an integer parameter; use type = "int"')
-        for value in dim.values_to_check():
-            try:
-                self.training.with_params({name: value})
-            except ValidationError as exc:
-                msg = exc.errors()[0]["msg"]
-                raise StudyError(where, f"value {value!r} is invalid for {name}: {msg}") from None
 
     @property
     def objectives(self) -> list[str]:
@@ -405,50 +415,50 @@ class StudyFile(_Strict):
     @property
     def search_space(self) -> spaces.Space:
         """Every dimension; a genome family, if any, is the dimension named ``genome``."""
-        dims: dict[str, spaces.Dimension] = {n: _to_dimension(d) for n, d in self.space.items()}
-        if self.space_genome is not None:
-            dims["genome"] = self._genome_family()  # type: ignore[assignment]
-        return spaces.Space(dims)
+        genome = self._genome_family() if self.space_genome is not None else None
+        return build_space(self.space, genome)
 
     @property
     def max_ranks(self) -> int:
         if self.objective is not None:
             return 1
-        ranks = [self.training.ranks]
-        if "ranks" in self.space:
-            ranks += [int(v) for v in _to_dimension(self.space["ranks"]).values_to_check()]
-            ranks += [self.training.ranks]
-        return max(ranks)
+        return max([*self.rank_choices, self.training.ranks])
+
+    @property
+    def rank_choices(self) -> list[int]:
+        """The rank counts a trial may have: the searched ones, else ``training.ranks`` (also
+        when ``ranks`` applies only to some trials)."""
+        if "ranks" not in self.space:
+            return [self.training.ranks]
+        found = {int(v) for v in to_dimension(self.space["ranks"]).values_to_check()}
+        if self.space["ranks"].when is not None:
+            found.add(self.training.ranks)
+        return sorted(found)
+
+
+def _format_one(err: ErrorDetails) -> StudyError:
+    inner = err.get("ctx", {}).get("error")
+    if isinstance(inner, StudyError):
+        return StudyError.many([StudyError(e.where, plain(e.message)) for e in inner.errors])
+    where = ".".join(str(p) for p in err["loc"] if not (isinstance(p, str) and p in TYPES))
+    msg = pydantic_message(err)
+    if err["type"] == "union_tag_invalid":
+        tag = err.get("ctx", {}).get("tag")
+        msg = f"unknown type {tag!r} (known: {words(sorted(TYPES))})"
+    elif err["type"] == "union_tag_not_found":
+        msg = "needs a type: 'float', 'int' or 'categorical'"
+    return StudyError(where, msg)
 
 
 def _format(exc: ValidationError) -> StudyError:
-    err = exc.errors()[0]
-    loc = [
-        str(p)
-        for p in err["loc"]
-        if not (isinstance(p, str) and p in ("float", "int", "categorical"))
-    ]
-    where = ".".join(loc)
-    msg = err["msg"].removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden":
-        msg = "unknown key"
-    elif err["type"] == "missing":
-        msg = "required key is missing"
-    elif err["type"] == "union_tag_invalid":
-        tag = err.get("ctx", {}).get("tag")
-        msg = f"unknown type {tag!r} (known: ['categorical', 'float', 'int'])"
-    elif err["type"] == "union_tag_not_found":
-        msg = "needs a type: 'float', 'int' or 'categorical'"
-    if isinstance(err.get("ctx", {}).get("error"), StudyError):
-        inner = err["ctx"]["error"]
-        where, msg = inner.where, inner.message
-    return StudyError(where, msg)
+    """Every error pydantic found, one StudyError each, in the order of the file's fields."""
+    return StudyError.many(_format_one(err) for err in exc.errors())
 
 
 def parse_study(data: dict[str, Any]) -> StudyFile:
     """Validate a study given as a dict (the parsed TOML). Raises StudyError naming the field."""
     try:
-        return StudyFile.model_validate(data)
+        return StudyFile.model_validate(data, context={})
     except ValidationError as exc:
         raise _format(exc) from None
     except StudyError:
@@ -469,4 +479,6 @@ def load_study_file(path: str | Path) -> StudyFile:
     try:
         return parse_study(data)
     except StudyError as exc:
-        raise StudyError(f"{p}: {exc.where}" if exc.where else str(p), exc.message) from None
+        raise StudyError.many(
+            StudyError(f"{p}: {e.where}" if e.where else str(p), e.message) for e in exc.errors
+        ) from None

@@ -3,257 +3,169 @@
     search run studies/quickstart.toml
     search status quickstart
     search best quickstart -n 10
+
+Only typer and rich are imported here: ``search --help`` answers at once, and each command
+imports what it needs (Optuna, Dask, pandas) when it runs.
 """
 
 from __future__ import annotations
 
-import os
 import sys
-import warnings
 from pathlib import Path
 from typing import Annotated, Any
 
-import dask
-import optuna
 import typer
-from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from search._driver import Driver, RunCounts
+from search._console import err, out, print_error
 from search._errors import StudyError
-from search._study import open_study, recover_orphans
-from search._study_file import load_study_file
-from search._tables import best_table, objective_names, status_table
-from training.contract import DEFAULT_STORAGE, journal_path, open_storage, redact
+from search._reading import DEFAULT_STORAGE, beside_storage, load, open_url, reading, writable
 
 app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="Hyperparameter and topology search: every trial is an MPI job, scheduled by Dask, "
     "stored in Optuna.",
 )
-# Logs and CI capture output: give tables room instead of cutting every column to a stub.
-out = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 StorageOpt = Annotated[
     str | None,
     typer.Option(
         "--storage",
+        envvar="DETOL_STORAGE",
+        show_envvar=True,
         help=f"Optuna storage URL or journal file (default: the study file's, else "
         f"{DEFAULT_STORAGE})",
     ),
 ]
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            out.print(f"detol {version('detol')}", highlight=False)
+        except PackageNotFoundError:
+            out.print("detol (not installed as a package)", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    show_version: Annotated[bool, typer.Option(
+        "--version", "-V", callback=_version, is_eager=True, help="print the version and exit",
+    )] = False,
+) -> None:
+    """Hyperparameter and topology search: every trial is an MPI job, scheduled by Dask, stored
+    in Optuna."""
+
+
 def _fail(exc: StudyError) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+    for one in exc.errors:  # a study file's mistakes: all of them, one a line
+        print_error(str(one))
     return typer.Exit(2)
 
 
-def _open(url: str) -> optuna.storages.BaseStorage:
-    try:
-        return open_storage(url)
-    except ValueError as exc:
-        raise StudyError("storage", str(exc)) from None
+
+def _plan(study_file: Path, storage: str | None, scheduler: str | None, backend: str | None,
+          adapt_min: int | None, adapt_max: int | None, trials: int | None,
+          concurrency: int | None) -> Any:
+    from search._run import plan_run
+
+    return plan_run(study_file, storage=storage, trials=trials, concurrency=concurrency,
+                    backend=backend, scheduler=scheduler, adapt_min=adapt_min,
+                    adapt_max=adapt_max)
 
 
-class _Display:
-    """Live progress bar (terminal) plus one line per finished trial (always)."""
-
-    def __init__(self, study: optuna.Study, counts_target: int, show_bar: bool) -> None:
-        self.study = study
-        self.names = objective_names(study)
-        self.progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[stats]}"),
-            TimeElapsedColumn(),
-            console=out,
-            disable=not show_bar,
-            transient=False,
-        )
-        self.task = self.progress.add_task(study.study_name, total=counts_target, stats="")
-
-    def _best(self) -> str:
-        if len(self.names) > 1:
-            return ""
-        try:
-            return f"best {self.names[0]}={self.study.best_value:.4g}"
-        except ValueError:
-            return "best -"
-
-    def __call__(self, kind: str, trial: Any, c: RunCounts, result: dict[str, Any] | None) -> None:
-        if kind in ("complete", "pruned", "failed") and trial is not None and result is not None:
-            what = {"complete": "[green]complete[/]", "pruned": "[yellow]pruned[/]",
-                    "failed": "[red]failed[/]"}[kind]
-            values = result.get("values") or {}
-            shown = " ".join(f"{m}={values[m]:.4g}" for m in self.names if m in values)
-            params = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                              for k, v in trial.params.items() if not k.startswith("genome."))
-            summary = trial.user_attrs.get("genome_summary")
-            if summary:
-                params = f"{params} [{summary}]" if params else f"[{summary}]"
-            extra = f"{result.get('wall_time_s', 0):.1f} s"
-            if "epochs_run" in result:
-                extra = f"{result['epochs_run']} ep, {extra}"
-            line = f"trial {trial.number:>3} {what} {escape(shown)} {escape(params)} ({extra})"
-            if kind == "failed":
-                reason = (str(result.get("exit_reason", "")).splitlines() or [""])[0][:300]
-                line += f"\n    {escape(reason)}"
-            self.progress.console.print(line, highlight=False, soft_wrap=True)
-        stats = (f"running {c.running}  complete {c.complete}  pruned {c.pruned}  "
-                 f"failed {c.failed}  {self._best()}")
-        self.progress.update(self.task, completed=c.finished, stats=stats)
+SchedulerOpt = Annotated[str | None, typer.Option(
+    "--scheduler", help="address of an existing Dask scheduler (the address backend)")]
+BackendOpt = Annotated[str | None, typer.Option(
+    "--backend", help="override cluster.backend: local, address, slurm, pbs, kubernetes, cloud "
+    "(docs/clusters.md)")]
+AdaptMinOpt = Annotated[int | None, typer.Option(
+    "--adapt-min", min=0, help="adaptive scaling: fewest workers (cluster.adapt)")]
+AdaptMaxOpt = Annotated[int | None, typer.Option(
+    "--adapt-max", min=1, help="adaptive scaling: most workers (cluster.adapt)")]
+TrialsOpt = Annotated[int | None, typer.Option(
+    "--trials", min=1, help="override budget.trials (total)")]
+ConcurrencyOpt = Annotated[int | None, typer.Option(
+    "--concurrency", min=1, help="override budget.concurrency")]
 
 
 @app.command()
 def run(
-    study_file: Annotated[Path, typer.Argument(help="TOML study file")],
+    study_file: Annotated[Path, typer.Argument(metavar="STUDY_FILE", help="TOML study file")],
     storage: StorageOpt = None,
-    scheduler: Annotated[
-        str | None, typer.Option(help="address of an existing Dask scheduler")
-    ] = None,
-    backend: Annotated[
-        str | None,
-        typer.Option(help="override cluster.backend: local, address, slurm, pbs, kubernetes, "
-                     "cloud (docs/clusters.md)"),
-    ] = None,
-    adapt_min: Annotated[
-        int | None, typer.Option(min=0, help="adaptive scaling: fewest workers (cluster.adapt)")
-    ] = None,
-    adapt_max: Annotated[
-        int | None, typer.Option(min=1, help="adaptive scaling: most workers (cluster.adapt)")
-    ] = None,
-    trials: Annotated[
-        int | None, typer.Option(min=1, help="override budget.trials (total)")
-    ] = None,
-    concurrency: Annotated[
-        int | None, typer.Option(min=1, help="override budget.concurrency")
-    ] = None,
+    scheduler: SchedulerOpt = None,
+    backend: BackendOpt = None,
+    adapt_min: AdaptMinOpt = None,
+    adapt_max: AdaptMaxOpt = None,
+    trials: TrialsOpt = None,
+    concurrency: ConcurrencyOpt = None,
     progress: Annotated[bool, typer.Option(help="live progress bar on a terminal")] = True,
 ) -> None:
     """Run (or resume) the study in STUDY_FILE until it holds budget.trials finished trials."""
-    from search._cluster import ClusterFailed, open_cluster, with_overrides
+    from search import _run
 
-    # A worker that dies mid-trial fails that trial at once (the driver re-queues its parameters)
-    # instead of Dask silently re-running it under the same trial number.
-    dask.config.set({"distributed.scheduler.allowed-failures": 0})
+    _run.on_signals()  # SIGTERM and SIGHUP stop the run as Ctrl-C does, from here on
     try:
-        sf = load_study_file(study_file)
-        url = storage or sf.storage or DEFAULT_STORAGE
-        target = trials or sf.budget.trials
-        n_parallel = concurrency or sf.budget.concurrency
-        # A storage file that does not exist yet is created only once the cluster is up: a bad
-        # cluster or launcher leaves nothing behind.
-        storage_obj = None if _new_storage_file(url) else _open(url)
-        finished = 0 if storage_obj is None else _finished_trials(storage_obj, sf.name)
-        if storage_obj is not None and finished >= target:
-            out.print(f"study {sf.name} already holds {finished} finished trials (budget "
-                      f"{target}); nothing to run. Raise budget.trials or pass --trials.")
-            s = optuna.load_study(study_name=sf.name, storage=storage_obj)
-            if best_trials_exist(s):
-                out.print(best_table(s))
-            return
-        # Check the cluster (and launcher) before anything is written to the storage.
-        with open_cluster(
-            with_overrides(sf.cluster, backend=backend, scheduler=scheduler,
-                           adapt_min=adapt_min, adapt_max=adapt_max),
-            concurrency=n_parallel,
-            max_ranks=sf.max_ranks,
-            launcher=sf.launcher.command,
-            study_name=sf.name,
-        ) as cluster:
-            storage_obj = storage_obj or _open(url)
-            study = open_study(sf, storage_obj)
-            for number in recover_orphans(study, sf.budget.max_retries):
-                reason = study._storage.get_trial(  # noqa: SLF001 - one finished trial, read-only
-                    study._storage.get_trial_id_from_study_id_trial_number(  # noqa: SLF001
-                        study._study_id, number  # noqa: SLF001
-                    )
-                ).user_attrs.get("exit_reason", "its driver died")
-                out.print(f"trial {number} failed: {escape(str(reason))}", highlight=False)
-            out.print(f"study [bold]{sf.name}[/] in {escape(redact(url))}: {target} trials, "
-                      f"{n_parallel} at a time, {sf.training.ranks} ranks each "
-                      f"({sf.strategy.name}, pruner {sf.pruner.name})", highlight=False)
-            display = _Display(study, target, progress and out.is_terminal)
-            driver = Driver(sf, study, cluster.client, storage_url=url, on_event=display,
-                            watch=cluster.check)
-            with display.progress:
-                counts = driver.run(trials=target, concurrency=n_parallel,
-                                    timeout=sf.budget.timeout)
-    except ClusterFailed as exc:
-        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(exc.exit_code) from None
+        plan = _plan(study_file, storage, scheduler, backend, adapt_min, adapt_max, trials,
+                     concurrency)
+        code = _run.run(plan, progress=progress)
     except StudyError as exc:
         raise _fail(exc) from None
-    except KeyboardInterrupt:
-        err.print("interrupted: running trials marked failed; run again to resume")
-        raise typer.Exit(130) from None
-    if best_trials_exist(study):
-        out.print(best_table(study))
-    out.print(f"{counts.complete} complete, {counts.pruned} pruned, {counts.failed} failed in this "
-              f"run; the study holds {counts.finished}/{target} finished trials.")
-    if counts.stopped_because:
-        err.print(f"[red]{escape(counts.stopped_because)}[/]")
-        raise typer.Exit(1)
+    except KeyboardInterrupt as exc:  # before the driver started: nothing to clean up
+        import signal
+
+        signum = getattr(exc, "signum", signal.SIGINT)
+        err.print(f"interrupted ({signal.Signals(signum).name}) before the first trial")
+        raise typer.Exit(128 + signum) from None
+    if code:
+        raise typer.Exit(code)
 
 
-def _new_storage_file(url: str) -> bool:
-    """True when ``url`` names a journal or SQLite file that does not exist yet (StudyError if it
-    cannot be created there)."""
-    path = journal_path(url)
-    if path is None and url.startswith("sqlite:///"):
-        path = url[len("sqlite:///"):].split("?", 1)[0] or None
-    if path is None or path == ":memory:" or Path(path).exists():
-        return False
-    parent = Path(path).expanduser().parent
-    if not parent.is_dir():
-        raise StudyError("storage", f"cannot create {redact(url)}: directory {str(parent)!r} "
-                         "does not exist")
-    if not os.access(parent, os.W_OK):
-        raise StudyError("storage", f"cannot create {redact(url)}: directory {str(parent)!r} "
-                         "is not writable")
-    return True
+@app.command()
+def validate(
+    study_file: Annotated[Path, typer.Argument(metavar="STUDY_FILE", help="TOML study file")],
+    storage: StorageOpt = None,
+    scheduler: SchedulerOpt = None,
+    backend: BackendOpt = None,
+    adapt_min: AdaptMinOpt = None,
+    adapt_max: AdaptMaxOpt = None,
+    trials: TrialsOpt = None,
+    concurrency: ConcurrencyOpt = None,
+) -> None:
+    """Check STUDY_FILE as `search run` would, running and writing nothing.
 
+    Checks the file, the storage, whether the study there may go on with this file, the
+    dataset, the cluster and the launcher.
+    """
+    from search._run import validate as check
 
-def _finished_trials(storage: optuna.storages.BaseStorage, name: str) -> int:
-    """Finished (complete + pruned) trials of study ``name``; 0 if it does not exist. Read-only."""
     try:
-        study = optuna.load_study(study_name=name, storage=storage)
-    except KeyError:
-        return 0
-    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    return len(study.get_trials(deepcopy=False, states=states))
-
-
-def _load(study: str, storage: str | None) -> tuple[optuna.Study, str]:
-    """STUDY is a study name, or a study file whose name and storage are used."""
-    url = storage
-    name = study
-    if study.endswith(".toml") or Path(study).is_file():
-        sf = load_study_file(study)
-        name, url = sf.name, storage or sf.storage
-    url = _reading(url or DEFAULT_STORAGE)  # reading never creates a journal file
-    storage_obj = _open(url)
-    try:
-        return optuna.load_study(study_name=name, storage=storage_obj), url
-    except KeyError:
-        known = optuna.get_all_study_names(storage_obj)
-        raise StudyError("study", f"no study {name!r} in {redact(url)} (found: {known})") from None
+        plan = _plan(study_file, storage, scheduler, backend, adapt_min, adapt_max, trials,
+                     concurrency)
+        lines = check(plan)
+    except StudyError as exc:
+        raise _fail(exc) from None
+    for line in lines:
+        out.print(escape(line), highlight=False, soft_wrap=True)
 
 
 @app.command()
 def status(
-    study: Annotated[str, typer.Argument(help="study name or study file")],
+    study: Annotated[str, typer.Argument(metavar="STUDY", help="study name or study file")],
     storage: StorageOpt = None,
 ) -> None:
     """Print a study's trial counts and best value from storage (runs nothing)."""
+    from search._tables import status_table
+    from training.contract import redact
+
     try:
-        s, url = _load(study, storage)
+        s, url = load(study, storage)
     except StudyError as exc:
         raise _fail(exc) from None
     out.print(status_table(s, redact(url)))
@@ -261,75 +173,85 @@ def status(
 
 @app.command()
 def best(
-    study: Annotated[str, typer.Argument(help="study name or study file")],
+    study: Annotated[str, typer.Argument(metavar="STUDY", help="study name or study file")],
     storage: StorageOpt = None,
-    n: Annotated[int, typer.Option("-n", min=1, help="how many trials")] = 5,
+    n: Annotated[int, typer.Option("-n", "--number", min=1, help="how many trials")] = 5,
 ) -> None:
     """Print a study's best trials (Pareto front if several objectives) from storage."""
+    from optuna.trial import TrialState
+
+    from search._tables import best_table
+
     try:
-        s, _ = _load(study, storage)
+        s, _ = load(study, storage)
     except StudyError as exc:
         raise _fail(exc) from None
-    if not best_trials_exist(s):
+    if not s.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         err.print(f"study {s.study_name} has no complete trial yet")
         raise typer.Exit(1)
     out.print(best_table(s, n))
 
 
-def best_trials_exist(study: optuna.Study) -> bool:
-    return bool(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+@app.command()
+def delete(
+    study: Annotated[str, typer.Argument(metavar="STUDY", help="study name or study file")],
+    storage: StorageOpt = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="do not ask")] = False,
+) -> None:
+    """Delete a study and all its trials from the storage (asks first)."""
+    import optuna
+
+    from training.contract import redact
+
+    try:
+        s, url = load(study, storage)
+        where, trials = redact(url), len(s.get_trials(deepcopy=False))
+        if not yes:
+            if not sys.stdin.isatty():
+                raise StudyError("yes", f"deleting study {s.study_name!r} needs a terminal to "
+                                 "confirm, or --yes")
+            typer.confirm(f"delete study {s.study_name!r} ({trials} trials) from {where}?",
+                          abort=True)
+        optuna.delete_study(study_name=s.study_name, storage=open_url(url))
+    except StudyError as exc:
+        raise _fail(exc) from None
+    out.print(f"deleted study {escape(s.study_name)} ({trials} trials) from {escape(where)}",
+              highlight=False)
 
 
 # --- looking at a study: report, dashboard, export ----------------------------------------------
 
 
-def _reading(url: str) -> str:
-    """``url`` for commands that only read: a journal file must already exist (never create one)."""
-    path = journal_path(url)
-    if path and not Path(path).is_file():
-        hint = " (pass --storage)" if url == DEFAULT_STORAGE else ""
-        raise StudyError("storage", f"no journal file {path!r}{hint}")
-    return url
-
-
-def _writable(path: Path) -> Path:
-    if path.is_dir():
-        raise StudyError("output", f"cannot write {path}: it is a directory")
-    if not path.parent.is_dir():
-        raise StudyError("output", f"cannot write {path}: directory {str(path.parent)!r} does not "
-                         "exist")
-    if not os.access(path.parent, os.W_OK):
-        raise StudyError("output", f"cannot write {path}: directory {str(path.parent)!r} is not "
-                         "writable")
-    return path
-
-
 @app.command()
 def report(
-    study: Annotated[str, typer.Argument(help="study name or study file")],
+    study: Annotated[str, typer.Argument(metavar="STUDY", help="study name or study file")],
     storage: StorageOpt = None,
     output: Annotated[Path | None, typer.Option(
-        "-o", "--output", help="HTML file (default: STUDY-report.html)")] = None,
+        "-o", "--output", help="HTML file (default: STUDY-report.html beside the storage file)",
+    )] = None,
     compare: Annotated[list[str] | None, typer.Option(
-        help="compare with this study of the same storage (repeat, or a,b); default: every "
-             "study there with the same first objective and dataset")] = None,
+        "--compare", help="compare with this study of the same storage (repeat, or a,b); "
+        "default: every study there with the same first objective and dataset")] = None,
     no_compare: Annotated[bool, typer.Option(
         "--no-compare", help="no strategy comparison")] = False,
 ) -> None:
     """Write a self-contained HTML report of a study (figures need no server or network)."""
+    import optuna
+
     from search._analysis import other_studies
     from search._report import write_report
+    from training.contract import redact
 
     try:
-        s, url = _load(study, storage)
-        path = _writable(output or Path(f"{s.study_name}-report.html"))
+        s, url = load(study, storage)
+        path = writable(output or beside_storage(url, f"{s.study_name}-report.html"))
         names = [n for item in compare or [] for n in item.split(",") if n]
         try:
             others = [] if no_compare else other_studies(s, names or None)
         except KeyError as exc:
             known = optuna.get_all_study_names(s._storage)  # noqa: SLF001
             raise StudyError("compare", f"no study {exc.args[0]!r} in {redact(url)} "
-                             f"(found: {known})") from None
+                             f"(found: {', '.join(known)})") from None
         try:
             summary = write_report(s, path, storage_label=redact(url), compare=others,
                                    chosen=bool(names))
@@ -365,6 +287,8 @@ def dashboard(
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - base signature
             pass
 
+    from training.contract import redact
+
     try:
         try:
             import optuna_dashboard
@@ -379,18 +303,18 @@ def dashboard(
             if storage:
                 raise StudyError("storage", f"give the storage once: {target!r} or --storage "
                                  f"{storage!r}")
-            url = _reading(target)
+            url = reading(target)
         elif target is not None:
-            s, url = _load(target, storage)
+            s, url = load(target, storage)
             page = f"/dashboard/studies/{s._study_id}"  # noqa: SLF001 - the dashboard's own id
         elif storage:
-            url = _reading(storage)
+            url = reading(storage)
         elif not Path(DEFAULT_STORAGE).is_file():
             raise StudyError("storage", f"no {DEFAULT_STORAGE} here: name a study, a study file "
                              "or a storage")
         else:
             url = DEFAULT_STORAGE
-        app_ = optuna_dashboard.wsgi(_open(url))
+        app_ = optuna_dashboard.wsgi(open_url(url))
         try:
             server = make_server("127.0.0.1", port, app_, server_class=Server,
                                  handler_class=QuietHandler)
@@ -414,12 +338,13 @@ def dashboard(
 
 @app.command()
 def export(
-    study: Annotated[str, typer.Argument(help="study name or study file")],
+    study: Annotated[str, typer.Argument(metavar="STUDY", help="study name or study file")],
     storage: StorageOpt = None,
     fmt: Annotated[str | None, typer.Option(
         "--format", "-f", help="csv or parquet (default: from -o's suffix, else csv)")] = None,
     output: Annotated[str | None, typer.Option(
-        "-o", "--output", help="file, or - for standard output (csv); default: STUDY.FORMAT",
+        "-o", "--output", help="file, or - for standard output (csv); default: STUDY.FORMAT "
+        "beside the storage file",
     )] = None,
 ) -> None:
     """Write a study's trials as a table, one row per trial (CSV or Parquet)."""
@@ -427,10 +352,10 @@ def export(
 
     try:
         kind = export_format(fmt, output)
-        s, _ = _load(study, storage)
-        path = output or f"{s.study_name}.{kind}"
+        s, url = load(study, storage)
+        path = output or str(beside_storage(url, f"{s.study_name}.{kind}"))
         if path != "-":
-            _writable(Path(path))
+            writable(Path(path))
         rows = export_study(s, path, kind)
     except StudyError as exc:
         raise _fail(exc) from None
@@ -439,8 +364,6 @@ def export(
 
 
 def main() -> None:
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     app(prog_name="search")
 
 

@@ -2,6 +2,8 @@
 
 Dimensions sample one value each; a genome family samples a whole network topology, define-by-run
 through ``trial.suggest_*`` so any Optuna sampler can search it. A family is a dimension too.
+A dimension can apply only when others have given values (``Space(..., when=...)``): it is then
+asked for after them, and only when its condition holds.
 
 >>> import optuna
 >>> from spaces import CellFamily, Float, Space
@@ -19,7 +21,7 @@ round-trips through ``to_json`` / :func:`genome_from_json`. Families: :class:`Ce
 """
 
 from spaces._cell import CELL_OPS, NB201_OPS, CellFamily, CellGenome, cell_edges
-from spaces._dimensions import Categorical, Dimension, Float, Int, Space
+from spaces._dimensions import Categorical, Dimension, Float, Int
 from spaces._genome import (
     FAMILIES,
     Genome,
@@ -30,6 +32,7 @@ from spaces._genome import (
 )
 from spaces._macro import MACRO_OPS, MacroFamily, MacroGenome, MacroNode
 from spaces._mutation import MUTATIONS, applicable_mutations, crossover, mutate
+from spaces._space import Space, condition_problems
 from spaces._stack import ACTIVATIONS, Layer, StackFamily, StackGenome
 
 __all__ = [
@@ -56,6 +59,7 @@ __all__ = [
     "StackGenome",
     "applicable_mutations",
     "cell_edges",
+    "condition_problems",
     "crossover",
     "genome_from_dict",
     "genome_from_json",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -90,26 +89,3 @@ class Categorical:
 
     def values_to_check(self) -> list[Any]:
         return list(self.choices)
-
-
-class Space(Mapping[str, Dimension]):
-    """A named set of dimensions; ``suggest`` returns one value per name, in a stable order."""
-
-    def __init__(self, dimensions: Mapping[str, Dimension]) -> None:
-        self._dimensions = dict(dimensions)
-
-    def __getitem__(self, name: str) -> Dimension:
-        return self._dimensions[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._dimensions)
-
-    def __len__(self) -> int:
-        return len(self._dimensions)
-
-    @property
-    def names(self) -> Sequence[str]:
-        return list(self._dimensions)
-
-    def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
-        return {name: dim.suggest(trial, name) for name, dim in self._dimensions.items()}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 import spaces
 from training._data import check_dataset_name
@@ -28,6 +28,11 @@ SEARCHABLE = (
     "send_every",
     "local_steps",
 )
+# Algorithms that exchange state between ranks: with one rank nothing is exchanged and each is
+# plain SGD (ASGD has no peer to write to, an average of one is a no-op), a repeat of "sync".
+MIN_RANKS = {"asgd": 2, "localsgd": 2, "simuparallel": 2}
+# Parameters only some algorithms read; anything else ignores them.
+USED_BY = {"send_every": ("asgd",), "local_steps": ("localsgd",)}
 
 
 class TrainConfig(BaseModel):
@@ -80,10 +85,25 @@ class TrainConfig(BaseModel):
         check_dataset_name(value)
         return value
 
+    @model_validator(mode="after")
+    def _enough_ranks(self) -> TrainConfig:
+        least = MIN_RANKS.get(self.algorithm, 1)
+        if self.ranks < least:
+            raise ValueError(ranks_message(self.algorithm, self.ranks))
+        return self
+
     def with_params(self, params: dict[str, Any]) -> TrainConfig:
         """A copy with the searched values of ``params`` applied (validated again)."""
         known = {k: v for k, v in params.items() if k in SEARCHABLE}
         return TrainConfig.model_validate({**self.model_dump(), **known})
+
+
+def ranks_message(algorithm: str, ranks: int) -> str:
+    """Why ``algorithm`` cannot run on ``ranks`` ranks (for a config or a whole search space)."""
+    return (
+        f"algorithm {algorithm!r} needs ranks >= {MIN_RANKS[algorithm]}, got {ranks} "
+        "(with one rank nothing is exchanged: it is plain SGD, the same as 'sync')"
+    )
 
 
 # Metrics a trial can return as objectives, with their natural direction. The first objective is

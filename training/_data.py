@@ -13,6 +13,7 @@ import gzip
 import importlib
 import math
 import os
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -223,6 +224,48 @@ def check_dataset_name(name: str) -> None:
         if module and func.isidentifier():
             return
     raise ValueError(f"unknown dataset {name!r} (known: {sorted(DATASETS)}, or 'module:function')")
+
+
+_CHECK_USER_LOADER = (
+    "import importlib, sys\n"
+    "module, name = sys.argv[1], sys.argv[2]\n"
+    "loader = getattr(importlib.import_module(module), name, None)\n"
+    "if not callable(loader):\n"
+    "    sys.exit(f'module {module!r} has no function {name!r}')\n"
+)
+
+
+def check_dataset_loads(name: str, env: dict[str, str] | None = None) -> None:
+    """ValueError naming the fix unless a trial on this machine can load dataset ``name``.
+
+    A built-in dataset is loaded here once (which also fills the cache its ranks read); a user
+    ``module:function`` is imported in a fresh Python with the job's environment ``env`` (it may
+    use MPI, which this process must not join).
+    """
+    check_dataset_name(name)
+    env = {**os.environ, **(env or {})}
+    if name in DATASETS:
+        saved = {k: os.environ.get(k) for k in ("DETOL_CACHE", "DETOL_FASHION_MNIST")}
+        os.environ.update({k: env[k] for k in saved if env.get(k)})
+        try:
+            DATASETS[name](0.2)
+        except (ImportError, OSError, ValueError) as exc:
+            raise ValueError(str(exc)) from None
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+        return
+    module, _, func = name.partition(":")
+    proc = subprocess.run([sys.executable, "-c", _CHECK_USER_LOADER, module, func], env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    if proc.returncode != 0:
+        lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+        why = lines[-1].strip() if lines else f"exit code {proc.returncode}"
+        raise ValueError(f"cannot load {name!r}: {why} (a trial imports it with [launcher] env; "
+                         "put its directory on PYTHONPATH there)")
 
 
 def load_dataset(name: str, val_fraction: float) -> Dataset:

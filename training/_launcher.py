@@ -7,12 +7,17 @@ it imports neither, so neither imports the other through it.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import sys
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 DEFAULT_LAUNCHER = "mpiexec -n {ranks}"
+# A job whose ranks all run on one machine: UCX (the mpich wheel's and Open MPI's fast path)
+# over shared memory and loopback only, so the ranks open no port on the machine's network.
+SINGLE_NODE_ENV = {"UCX_TLS": "self,sm", "UCX_NET_DEVICES": "lo"}
 _TAIL = 3000
 
 
@@ -53,6 +58,36 @@ def job_env(
     if async_progress:
         env.setdefault("MPIR_CVAR_ASYNC_PROGRESS", "1")
     return env
+
+
+LOG_LIMIT = 1_000_000  # characters of a failed job's output kept for its log file
+_ERROR_LINE = re.compile(
+    r"^(?:\[rank (\d+)\] )?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))\b(.*)$"
+)
+
+
+def first_error(output: str) -> str:
+    """The first Python exception line in an MPI job's output, with the rank that raised it:
+    ``"[rank 1] ModuleNotFoundError: No module named 'x'"`` (empty when there is none)."""
+    rank = ""
+    for line in output.splitlines():
+        if line.startswith("[rank ") and "Traceback" in line:
+            rank = line.split("]", 1)[0] + "] "
+            continue
+        match = _ERROR_LINE.match(line.strip())
+        if match:
+            where = f"[rank {match.group(1)}] " if match.group(1) else rank
+            return f"{where}{match.group(2)}{match.group(3)}".strip()
+    return ""
+
+
+def failed_job(code: int, output: str) -> dict[str, Any]:
+    """The result of a job that ended without writing one: the real error first, then the tail
+    of its output, and the whole output (capped) for the trial's log file."""
+    error = first_error(output)
+    head = f"MPI job exited with code {code}" + (f": {error}" if error else "")
+    return {"state": "failed", "exit_reason": f"{head}\n{tail(output)}",
+            "log": output[-LOG_LIMIT:]}
 
 
 def tail(text: str) -> str:

@@ -37,6 +37,14 @@ def journal_path(url: str) -> str | None:
     return url
 
 
+def storage_file(url: str) -> str | None:
+    """The file a journal or SQLite URL keeps its study in (None for a server database)."""
+    path = journal_path(url)
+    if path is None and url.startswith("sqlite:///"):
+        path = url[len("sqlite:///") :].split("?", 1)[0]
+    return path if path and path != ":memory:" else None
+
+
 def open_storage(url: str, *, retry_seconds: float = 0.0) -> BaseStorage:
     """Open (and for a database, connect to) the storage named by ``url``.
 

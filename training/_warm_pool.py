@@ -47,7 +47,14 @@ from pathlib import Path
 from typing import Any
 
 from training._config import TrainConfig
-from training._launcher import LauncherNotFound, job_env, launcher_argv, tail
+from training._launcher import (
+    LOG_LIMIT,
+    LauncherNotFound,
+    failed_job,
+    job_env,
+    launcher_argv,
+    tail,
+)
 from training._spec import TrialSpec
 
 __all__ = ["WarmPool", "idle_pools", "run_warm_trial", "shutdown_pools"]
@@ -174,9 +181,8 @@ class WarmPool:
                 errors.append(json.loads(path.read_text()))
         self.kill()
         if errors:
-            return {"state": "failed", **errors[0]}
-        reason = f"MPI job exited with code {code}: {tail(output)}"
-        return {"state": "failed", "exit_reason": reason}
+            return {"state": "failed", **errors[0], "log": output[-LOG_LIMIT:]}
+        return failed_job(code, output)
 
     def kill(self) -> None:
         """Kill the job (mpiexec's group; MPI ends the ranks) and remove its files."""

@@ -10,21 +10,35 @@ is :mod:`training.launch`.
 'postgresql://me:***@db/optuna'
 """
 
-from training._config import METRICS, SEARCHABLE, TrainConfig
-from training._launcher import DEFAULT_LAUNCHER
+from training._config import (
+    METRICS,
+    MIN_RANKS,
+    SEARCHABLE,
+    USED_BY,
+    TrainConfig,
+    ranks_message,
+)
+from training._data import check_dataset_loads
+from training._launcher import DEFAULT_LAUNCHER, SINGLE_NODE_ENV
 from training._reporting import build_pruner
 from training._spec import TrialSpec
-from training._storage import DEFAULT_STORAGE, journal_path, open_storage, redact
+from training._storage import DEFAULT_STORAGE, journal_path, open_storage, redact, storage_file
 
 __all__ = [
     "DEFAULT_LAUNCHER",
     "DEFAULT_STORAGE",
     "METRICS",
+    "MIN_RANKS",
     "SEARCHABLE",
+    "SINGLE_NODE_ENV",
+    "USED_BY",
     "TrainConfig",
     "TrialSpec",
     "build_pruner",
+    "check_dataset_loads",
     "journal_path",
     "open_storage",
+    "ranks_message",
     "redact",
+    "storage_file",
 ]

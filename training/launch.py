@@ -23,7 +23,9 @@ from typing import Any
 from training._config import TrainConfig
 from training._launcher import (
     DEFAULT_LAUNCHER,
+    LOG_LIMIT,
     LauncherNotFound,
+    failed_job,
     job_env,
     launcher_argv,
     resolve_program,
@@ -116,12 +118,12 @@ def run_trial(
     if stopped:
         result = {"state": "failed", "exit_reason": stopped}
     elif proc.returncode != 0 and result.get("state") != "failed":
-        result = {
-            "state": "failed",
-            "exit_reason": f"MPI job exited with code {proc.returncode}: {tail(output)}",
-        }
+        result = failed_job(proc.returncode, output)
     elif not result:
-        result = {"state": "failed", "exit_reason": f"no result written: {tail(output)}"}
+        result = {"state": "failed", "exit_reason": f"no result written: {tail(output)}",
+                  "log": output[-LOG_LIMIT:]}
+    elif result.get("state") == "failed":
+        result["log"] = output[-LOG_LIMIT:]
     if result.get("state") == "failed" and "traceback" in result:
         result["exit_reason"] = f"{result['exit_reason']}\n{tail(result.pop('traceback'))}"
     result["wall_time_s"] = wall

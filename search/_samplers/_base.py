@@ -107,6 +107,34 @@ def draw(space: spaces.Space, chooser: Chooser, rng: np.random.Generator) -> Rec
     return recorder
 
 
+def scalar_distributions(space: spaces.Space) -> dict[str, BaseDistribution]:
+    """Each scalar dimension's distribution, conditional ones included (a single draw would
+    leave out those whose condition it did not meet)."""
+    recorder = Recorder(uniform_choice, np.random.default_rng(0))
+    for name, dim in space.items():
+        if name != GENOME:
+            dim.suggest(recorder, name)  # type: ignore[arg-type]  # duck-typed trial
+    return recorder.distributions
+
+
+def consistent(
+    space: spaces.Space,
+    params: dict[str, Any],
+    dists: dict[str, BaseDistribution],
+    rng: np.random.Generator,
+) -> dict[str, Any]:
+    """``params`` as ``space.suggest`` could have made them: a dimension whose condition fails
+    is dropped, one whose condition holds but that ``params`` lacks is drawn uniformly (after a
+    mutation or crossover changed the value a condition names)."""
+    out: dict[str, Any] = {}
+    for name in space:  # conditions come first
+        if name == GENOME:
+            out |= {k: v for k, v in params.items() if k.startswith(GENOME + ".")}
+        elif space.is_active(name, out):
+            out[name] = params[name] if name in params else uniform_choice(rng, name, dists[name])
+    return out
+
+
 def family_of(space: spaces.Space) -> spaces.GenomeFamily | None:
     dim = space.get(GENOME)
     return dim if isinstance(dim, spaces.GenomeFamily) else None
@@ -114,11 +142,16 @@ def family_of(space: spaces.Space) -> spaces.GenomeFamily | None:
 
 def candidate_key(space: spaces.Space, params: dict[str, Any]) -> tuple[Any, ...] | None:
     """What makes two trials the same candidate: the genome's canonical key (isomorphic cells
-    are one network) and the scalar values. None when ``params`` is incomplete."""
+    are one network) and the values of the scalar dimensions that apply to it (a dimension whose
+    condition fails counts as absent, whatever ``params`` hold). None when ``params`` is
+    incomplete."""
     family = family_of(space)
-    scalars = []
+    scalars: list[str | None] = []
     for name in space:
         if name == GENOME:
+            continue
+        if not space.is_active(name, params):
+            scalars.append(None)
             continue
         if name not in params:
             return None

@@ -5,9 +5,11 @@ every ask (the oldest leaves as a new one finishes), so a resumed study has the 
 an uninterrupted one. A child: the best of ``tournament`` members drawn at random (optionally
 crossed with a second winner), then mutated: each unit (the genome, each scalar dimension) with
 probability ``mutation_prob`` (default 1 / units), at least one. The genome mutates through
-``spaces.mutate`` (one edge / node change); a scalar is resampled or perturbed. Candidates already
-evaluated, running or waiting are avoided (canonical genome included): when a parent's children
-keep repeating, the child takes more mutation steps.
+``spaces.mutate`` (one edge / node change); a scalar is resampled or perturbed. Only dimensions
+that apply to the parent mutate; when a mutation or crossover changes a value that a condition
+names, the dimensions it switches on are drawn afresh and those it switches off are dropped.
+Candidates already evaluated, running or waiting are avoided (canonical genome included): when a
+parent's children keep repeating, the child takes more mutation steps.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ from search._samplers._base import (
     ProposalSampler,
     candidate_key,
     complete_in_order,
-    draw,
+    consistent,
     family_of,
     from_unit,
+    scalar_distributions,
     sign,
     to_unit,
     uniform_choice,
@@ -89,9 +92,8 @@ class EvolutionSampler(ProposalSampler):
         self._tournament = tournament
         self._mutation_prob = mutation_prob
         self._crossover_prob = crossover_prob
-        # Scalar distributions as the space asks for them (a draw records them all).
-        dists = draw(space, uniform_choice, np.random.default_rng(0)).distributions
-        self._scalars = {n: dists[n] for n in space if n != GENOME and n in dists}
+        # Scalar distributions as the space asks for them, conditional ones included.
+        self._scalars = scalar_distributions(space)
 
     def population(self, study: Study) -> list[FrozenTrial]:
         """The current population: the last ``population`` COMPLETE trials, oldest first."""
@@ -125,8 +127,9 @@ class EvolutionSampler(ProposalSampler):
         best = max(picks, key=lambda i: (s * members[i].values[0], -i))
         return dict(members[best].params)
 
-    def _units(self) -> list[str]:
-        return list(self._space)
+    def _units(self, params: dict[str, Any]) -> list[str]:
+        """What can mutate: the genome and the dimensions that apply to ``params``."""
+        return [u for u in self._space if u == GENOME or self._space.is_active(u, params)]
 
     def _crossover(
         self, a: dict[str, Any], b: dict[str, Any], rng: np.random.Generator
@@ -138,12 +141,14 @@ class EvolutionSampler(ProposalSampler):
                 ga = family.from_params(a, prefix=GENOME)
                 gb = family.from_params(b, prefix=GENOME)
                 child |= family.to_params(spaces.crossover(family, ga, gb, rng), prefix=GENOME)
-            else:
-                child[name] = (a if rng.random() < 0.5 else b)[name]
-        return child
+            else:  # a dimension only one parent has (a condition held for it) comes from it
+                first, second = (a, b) if rng.random() < 0.5 else (b, a)
+                if name in first or name in second:
+                    child[name] = first[name] if name in first else second[name]
+        return consistent(self._space, child, self._scalars, rng)
 
     def _mutate(self, parent: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
-        units = self._units()
+        units = self._units(parent)
         prob = self._mutation_prob if self._mutation_prob is not None else 1 / len(units)
         chosen = [u for u in units if rng.random() < prob]
         if not chosen:
@@ -155,6 +160,7 @@ class EvolutionSampler(ProposalSampler):
             child = {k: v for k, v in child.items() if not k.startswith(GENOME + ".")}
             child |= family.to_params(genome, prefix=GENOME)
         for name in chosen:
-            if name in self._scalars:
+            if name in self._scalars and name in child:
                 child[name] = mutate_scalar(self._scalars[name], child[name], rng)
-        return child
+        # A mutated condition switches dimensions on (drawn afresh) or off (dropped).
+        return consistent(self._space, child, self._scalars, rng)

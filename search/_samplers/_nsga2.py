@@ -72,7 +72,7 @@ class GenomeChildGeneration:
     ) -> dict[str, Any]:
         rng, family = self._rng, self._family
         child = self._parent(study, parent_population)
-        units = list(self._space)
+        units = [u for u in self._space if u == GENOME or self._space.is_active(u, child)]
         genome = family.from_params(child, prefix=GENOME) if family is not None else None
         if rng.random() < self._crossover_prob:
             other = self._parent(study, parent_population)

@@ -63,6 +63,15 @@ def _error_line(code: int, stdout: str, stderr: str) -> str:
     return lines[0]
 
 
+def _error_lines(code: int, stdout: str, stderr: str) -> list[str]:
+    """Checks exit code 2 and that every stderr line starts 'error:'; returns the lines."""
+    assert code == 2, f"exit code {code}\nstdout: {stdout}\nstderr: {stderr}"
+    lines = stderr.strip().splitlines()
+    assert lines and all(line.startswith("error:") for line in lines), stderr
+    assert "Traceback" not in stdout + stderr
+    return lines
+
+
 def _assert_no_study(storage: str) -> None:
     """The journal file was never written, or holds no study."""
     path = Path(storage)
@@ -275,7 +284,7 @@ def test_unsearchable_space_dimension(write_study: WriteStudy, journal: str, nam
     path = write_study(tail=f'[space]\n{name} = {{ type = "int", low = 1, high = 3 }}')
     line = _error_line(*_run(path, journal))
     assert f"study.toml: space.{name}: not a searchable" in line
-    assert "'lr'" in line  # lists the searchable names
+    assert "(known: lr, batch_size, momentum" in line  # lists the searchable names, plainly
     _assert_no_study(journal)
 
 
@@ -290,6 +299,38 @@ def test_multi_objective_with_pruner(write_study: WriteStudy, journal: str) -> N
     _assert_no_study(journal)
 
 
+# --- 12. several mistakes: all of them, one line each -----------------------------------------
+
+
+def test_every_mistake_is_one_line_real_process(
+    write_study: WriteStudy, journal: str, tmp_path: Path
+) -> None:
+    path = write_study(training={"activation": '"relux"'},
+                       tail='[space]\nlr = { type = "float", low = 0.5, high = 0.1 }')
+    lines = _error_lines(*_cli_subprocess("run", str(path), "--storage", journal,
+                                          "--no-progress", cwd=tmp_path))
+    assert lines == [
+        f"error: {path}: training.activation: 'relux' is not one of: relu, tanh, gelu, silu",
+        f"error: {path}: space.lr: low (0.5) must be <= high (0.1)",
+    ]
+    _assert_no_study(journal)
+
+
+def test_impossible_combination_and_misplaced_parameter_are_both_reported(
+    write_study: WriteStudy, journal: str
+) -> None:
+    path = write_study(tail='[space]\nalgorithm = { type = "categorical", choices = ["sync", '
+                            '"asgd"] }\nranks = { type = "int", low = 1, high = 4 }\n'
+                            'send_every = { type = "int", low = 1, high = 8 }')
+    lines = _error_lines(*_run(path, journal))
+    assert len(lines) == 2
+    assert lines[0].startswith("error: ") and "study.toml: space.algorithm: trials can sample " \
+        "algorithm 'asgd' with ranks = 1" in lines[0]
+    assert lines[0].endswith("when = { ranks = [2, 3, 4] }")
+    assert "study.toml: space.send_every: only 'asgd' uses send_every" in lines[1]
+    _assert_no_study(journal)
+
+
 # --- status / best on a study that is not there ---------------------------------------------
 
 
@@ -298,11 +339,11 @@ def test_missing_study_names_it_and_lists_the_found(journal: str, command: str) 
     optuna.create_study(study_name="other", storage=open_storage(journal))
     line = _error_line(*run_cli(command, "missing", "--storage", journal))
     assert "'missing'" in line
-    assert "found: ['other']" in line
+    assert line.endswith("(found: other)")  # plain words, not a Python list
     assert optuna.get_all_study_names(open_storage(journal)) == ["other"]
 
 
 def test_status_missing_study_real_process(journal: str, tmp_path: Path) -> None:
     optuna.create_study(study_name="other", storage=open_storage(journal))
     line = _error_line(*_cli_subprocess("status", "missing", "--storage", journal, cwd=tmp_path))
-    assert "'missing'" in line and "'other'" in line
+    assert "'missing'" in line and "found: other" in line

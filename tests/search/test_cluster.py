@@ -49,7 +49,7 @@ def test_defaults_and_backward_compatible_address() -> None:
 @pytest.mark.parametrize(
     ("table", "where", "fragment"),
     [
-        ({"backend": "lsf"}, "cluster.backend", "known: ['address', 'cloud', 'kubernetes'"),
+        ({"backend": "lsf"}, "cluster.backend", "known: address, cloud, kubernetes"),
         ({"backend": "slurm", "image": "x"}, "cluster.image", "not an option of the 'slurm'"),
         ({"backend": "local", "queue": "q"}, "cluster.queue", "not an option of the 'local'"),
         ({"address": "tcp://h:1", "adapt": {"maximum": 2}}, "cluster.adapt", "'address' backend"),
@@ -57,7 +57,7 @@ def test_defaults_and_backward_compatible_address() -> None:
         ({"adapt": {"minimum": 3, "maximum": 2}}, "cluster.adapt", "must not exceed maximum"),
         ({"adapt": {"minimum": 0}}, "cluster.adapt.maximum", "required"),
         ({"adapt": {"maximum": 2, "most": 3}}, "cluster.adapt.most", "unknown key"),
-        ({"backend": "cloud", "provider": "ibm"}, "cluster.provider", "known: ['azure', 'ec2', 'gcp']"),
+        ({"backend": "cloud", "provider": "ibm"}, "cluster.provider", "known: azure, ec2, gcp"),
         ({"colour": "red"}, "cluster.colour", "unknown key"),
     ],
 )
@@ -249,8 +249,10 @@ def test_local_scheduler_binds_localhost_without_a_dashboard() -> None:
                      launcher="mpiexec -n {ranks}") as client:
         assert client.scheduler.address.startswith("tcp://127.0.0.1:")
         assert client.cluster.scheduler_spec["options"]["dashboard"] is False
-        # Its HTTP endpoints (health, metrics) listen on localhost only.
+        # Its HTTP endpoints (health, metrics) listen on localhost only, and not on the
+        # dashboard's well-known port: a second study must not collide with the first.
         assert _http_hosts(client.cluster.scheduler) == {"127.0.0.1"}
+        assert client.cluster.scheduler.http_server.port != 8787
         info = client.scheduler_info()
         (worker,) = info["workers"].values()
         assert set(worker["resources"]) == {MPI} and worker["resources"][MPI] >= 1

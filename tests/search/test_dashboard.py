@@ -126,7 +126,7 @@ def test_port_in_use_is_one_line_and_exit_2(tmp_path: Path) -> None:
     (["nope", "--storage", "{journal}"], "error: study: no study 'nope' in {journal}"),
     (["{tmp}/none.journal"], "error: storage: no journal file '{tmp}/none.journal'"),
     ([], "error: storage: no detol.journal here: name a study, a study file or a storage"),
-    (["x"], "error: storage: no journal file 'detol.journal' (pass --storage)"),
+    (["x"], "error: storage: no journal file 'detol.journal' (pass --storage or set DETOL_STORAGE)"),
     (["--storage", "{tmp}/none.journal"], "error: storage: no journal file '{tmp}/none.journal'"),
     (["bogus://x"], "error: storage: unsupported storage URL scheme 'bogus'"),
     (["{journal}", "--storage", "{journal}"], "error: storage: give the storage once"),

@@ -76,7 +76,10 @@ def test_default_name_and_standard_output(storage: str, tmp_path: Path,
     monkeypatch.chdir(tmp_path)
     code, out, err = run_cli("export", NB201[1], "--storage", storage, "--format", "parquet")
     assert code == 0, out + err
-    assert len(pd.read_parquet(tmp_path / f"{NB201[1]}.parquet")) == 10
+    written = Path(storage).parent / f"{NB201[1]}.parquet"  # beside the storage file
+    assert len(pd.read_parquet(written)) == 10
+    assert list(tmp_path.iterdir()) == []  # nothing in the working directory
+    written.unlink()
     code, out, err = run_cli("export", NB201[1], "--storage", storage, "-o", "-")
     assert code == 0, err
     assert len(pd.read_csv(io.StringIO(out))) == 10
@@ -113,7 +116,7 @@ def test_bad_input_is_one_line_and_exit_2(storage: str, tmp_path: Path, args: li
 
 
 @pytest.mark.parametrize(("study", "storage_arg", "message"), [
-    ("nope", None, "error: study: no study 'nope' in {storage} (found: ["),
+    ("nope", None, "error: study: no study 'nope' in {storage} (found: nb-"),
     ("x", "{tmp}/none.journal", "error: storage: no journal file '{tmp}/none.journal'"),
     ("x", "bogus://x", "error: storage: unsupported storage URL scheme 'bogus'"),
 ])

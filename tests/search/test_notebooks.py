@@ -109,7 +109,7 @@ def test_analysis_notebook_finds_the_quickstart_study_from_the_repository_root(
     ("analysis.ipynb", {"DETOL_STORAGE": "{parent}/none.journal"},
      "StudyError: storage: no file '{parent}/none.journal'"),
     ("analysis.ipynb", {"DETOL_STORAGE": "shared", "DETOL_STUDY": "nope"},
-     "StudyError: study: no study 'nope' in {shared} (found: ["),
+     "StudyError: study: no study 'nope' in {shared} (found: nb-random-0, nb-random-1, "),
 ])
 def test_a_missing_storage_or_study_says_what_to_set_and_creates_nothing(
         storage: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str,

@@ -315,12 +315,15 @@ def test_default_output_is_named_after_the_study(
     code, out, err = run_cli("report", "nb-random-1", "--storage", storage, "--compare",
                           "nb-tpe-1,nb-random-0", "--compare", OTHER_DATA)
     assert code == 0, out + err
-    text = (tmp_path / "nb-random-1-report.html").read_text()
+    written = Path(storage).parent / "nb-random-1-report.html"  # beside the storage file
+    text = written.read_text()
+    assert list(tmp_path.iterdir()) == []  # nothing in the working directory
+    written.unlink()
     assert "Strategies compared: 4 studies" in text  # named: another dataset is compared too
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["nope"], "error: study: no study 'nope' in {storage} (found: ["),
+    (["nope"], "error: study: no study 'nope' in {storage} (found: nb-"),
     (["nb-tpe-0", "--compare", "nope"], "error: compare: no study 'nope' in {storage}"),
     (["nb-tpe-0", "-o", "{tmp}/missing/r.html"], "error: output: cannot write {tmp}/missing/"
                                                   "r.html: directory '{tmp}/missing' does not "

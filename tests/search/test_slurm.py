@@ -18,8 +18,8 @@ import optuna
 import pytest
 from optuna.trial import FrozenTrial, TrialState
 
-from search._cluster import ClusterFailed, ClusterHandle, _recording_job_class
 from search._cluster_plans import plan_cluster
+from search._cluster_watch import ClusterFailed, ClusterHandle, recording_job_class
 from search._study_file import parse_study
 from tests.cli_helpers import search_command
 from training.contract import open_storage
@@ -40,7 +40,7 @@ CLUSTER = {
 def _no_job_left_behind() -> Iterator[None]:
     """A failed test may leave a worker job queued (its `search run` killed): never for the next."""
     yield
-    subprocess.run(["scancel", "--full", "--user", str(os.getuid())], capture_output=True,
+    subprocess.run(["scancel", "--user", str(os.getuid())], capture_output=True,
                    timeout=30, check=False)
 
 
@@ -162,7 +162,7 @@ def test_a_submission_refused_while_running_is_recorded_and_named(tmp_path: Path
     plan = plan_cluster(sf.cluster, concurrency=1, max_ranks=2)
     errors: list[str] = []
     base = plan.cluster_class()
-    with plan.start(job_cls=_recording_job_class(base.job_cls, errors)) as cluster:
+    with plan.start(job_cls=recording_job_class(base.job_cls, errors)) as cluster:
         cluster.scale(1)
         _wait_for(lambda: bool(errors), "the refused submission to be recorded", 30)
         handle = ClusterHandle(client=None, backend="slurm", worker_timeout=300,  # type: ignore[arg-type]

@@ -44,3 +44,10 @@ def test_unusable_storage_is_one_clear_line(url: str, message: str) -> None:
         open_storage(url)
     assert message in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_the_command_line_and_the_library_agree_on_the_default_storage() -> None:
+    from search._reading import DEFAULT_STORAGE as cli_default
+    from training.contract import DEFAULT_STORAGE
+
+    assert cli_default == DEFAULT_STORAGE

@@ -216,7 +216,7 @@ def test_nsga2_children_come_from_the_genome_operators() -> None:
 
 def test_options_of_another_strategy_are_one_line_errors() -> None:
     with pytest.raises(StudyError, match=r"^strategy\.learning_rate: not an option of the "
-                       r"'evolution' strategy \(its options: \['crossover_prob'"):
+                       r"'evolution' strategy \(its options: crossover_prob, mutation_prob"):
         parse_study({"name": "x", "strategy": {"name": "evolution", "learning_rate": 0.1}})
     with pytest.raises(StudyError, match=r"^strategy\.name: unknown strategy 'evo' \(known: "):
         parse_study({"name": "x", "strategy": "evo"})

@@ -18,9 +18,10 @@ def test_defaults_and_inferred_directions() -> None:
 
 def test_algorithm_and_ranks_are_searchable() -> None:
     sf = parse_study({"name": "x", "space": {
-        "algorithm": {"type": "categorical", "choices": ["sync", "asgd", "localsgd"]},
+        "algorithm": {"type": "categorical", "choices": ["sync", "asgd", "localsgd"],
+                      "when": {"ranks": [2, 3]}},
         "ranks": {"type": "int", "low": 1, "high": 3},
-        "send_every": {"type": "int", "low": 1, "high": 8},
+        "send_every": {"type": "int", "low": 1, "high": 8, "when": {"algorithm": "asgd"}},
     }})
     assert sf.max_ranks == 3
     assert sf.training.with_params({"algorithm": "asgd", "send_every": 4}).send_every == 4
@@ -119,7 +120,7 @@ def test_space_overrides_training_per_trial_and_max_ranks_covers_the_space() -> 
 @pytest.mark.parametrize(
     ("data", "where", "message"),
     [
-        ({"name": "x", "strategy": "evo"}, "strategy.name", "unknown strategy 'evo' (known: ['evolution', 'gp', 'nsga2', 'random', 'reinforce', 'tpe'])"),
+        ({"name": "x", "strategy": "evo"}, "strategy.name", "unknown strategy 'evo' (known: evolution, gp, nsga2, random, reinforce, tpe)"),
         ({"name": "x", "pruner": {"name": "asa"}}, "pruner.name", "unknown pruner 'asa'"),
         ({"name": "x", "budget": {"trials": 3, "retries": 2}}, "budget.retries", "unknown key"),
         ({"name": "x", "direction": ["maximize", "minimize"]}, "direction", "2 direction(s) for 1 metric(s)"),
@@ -164,3 +165,73 @@ def test_top_half_judges_only_the_first_epoch() -> None:
     assert not late.should_prune()
     late.report(0.1, 2)  # collapses later: the rule no longer looks
     assert not late.should_prune()
+
+
+def test_every_mistake_is_reported_at_once_in_plain_words() -> None:
+    with pytest.raises(StudyError) as info:
+        parse_study({
+            "name": "x", "metric": "accuracy", "strategy": "evo", "budget": {"trails": 3},
+            "pruner": {"name": "median", "patience": 2, "percentile": 30.0},
+            "training": {"activation": "relux", "epocs": 3},
+            "space": {"lr": {"type": "float", "low": 1.0, "high": 0.1},
+                      "momentum": {"type": "floaty"}},
+        })
+    got = [(e.where, e.message) for e in info.value.errors]
+    assert got == [
+        ("metric", "unknown metric 'accuracy' (known: val_accuracy, val_loss, train_loss, "
+                   "n_params, flops)"),
+        ("budget.trails", "unknown key"),
+        ("strategy.name", "unknown strategy 'evo' (known: evolution, gp, nsga2, random, "
+                          "reinforce, tpe)"),
+        ("pruner.patience", "not an option of the 'median' pruner (its options: startup_trials, "
+                            "warmup_epochs)"),
+        ("pruner.percentile", "not an option of the 'median' pruner (its options: "
+                              "startup_trials, warmup_epochs)"),
+        ("training.activation", "'relux' is not one of: relu, tanh, gelu, silu"),
+        ("training.epocs", "unknown key"),
+        ("space.lr", "low (1.0) must be <= high (0.1)"),
+        ("space.momentum", "unknown type 'floaty' (known: categorical, float, int)"),
+    ]
+    # The first mistake is where/message; str() is one line per mistake, in the CLI's shape.
+    assert (info.value.where, info.value.message) == got[0]
+    lines = str(info.value).splitlines()
+    assert lines[0] == f"{got[0][0]}: {got[0][1]}"
+    assert lines[1:] == [f"error: {w}: {m}" for w, m in got[1:]]
+
+
+def test_space_checks_run_against_what_is_right_in_a_broken_training_table() -> None:
+    with pytest.raises(StudyError) as info:
+        parse_study({"name": "x", "training": {"activation": "relux", "ranks": 1}, "space": {
+            "algorithm": {"type": "categorical", "choices": ["sync", "asgd"]},
+        }})
+    assert [e.where for e in info.value.errors] == ["training.activation", "space.algorithm"]
+    assert "'asgd' with ranks = 1 (training.ranks)" in info.value.errors[1].message
+    # A check that reads a wrong key waits for it: no guess from the default algorithm.
+    with pytest.raises(StudyError) as info:
+        parse_study({"name": "x", "training": {"algorithm": "ASGD"}, "space": {
+            "send_every": {"type": "int", "low": 1, "high": 8},
+        }})
+    assert [e.where for e in info.value.errors] == ["training.algorithm"]
+
+
+def test_space_checks_that_do_not_need_a_broken_table_still_run() -> None:
+    with pytest.raises(StudyError) as info:
+        parse_study({"name": "x", "training": {"activation": "relux"}, "space": {
+            "seed": {"type": "int", "low": 1, "high": 3},
+            "hidden": {"type": "int", "low": 8, "high": 64, "when": {"layers": 2}},
+        }})
+    assert [e.where for e in info.value.errors] == [
+        "training.activation", "space.seed", "space.hidden.when"
+    ]
+    assert "(known: lr, batch_size," in info.value.errors[1].message
+
+
+def test_load_study_file_puts_the_file_name_before_every_mistake(tmp_path) -> None:
+    from search._study_file import load_study_file
+
+    path = tmp_path / "two.toml"
+    path.write_text('name = "t"\n[training]\nactivation = "relux"\n[budget]\ntrails = 3\n')
+    with pytest.raises(StudyError) as info:
+        load_study_file(path)
+    assert [e.where for e in info.value.errors] == [f"{path}: budget.trails",
+                                                   f"{path}: training.activation"]

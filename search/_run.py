@@ -1,0 +1,283 @@
+"""``search run`` and ``search validate``: check everything up front, then run the driver.
+
+Everything that can be found wrong before a trial runs is checked before anything is written:
+the study file, the storage (and whether the study there may go on with this file), the
+dataset, the cluster and the launcher. ``validate`` stops there.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import dask
+import optuna
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from search._cluster import check_cluster, open_cluster, with_overrides
+from search._cluster_watch import ClusterFailed, ClusterHandle
+from search._console import err, out, print_error
+from search._driver import Driver, RunCounts
+from search._errors import StudyError
+from search._reading import default_storage, open_url, quiet_optuna
+from search._study import check_same_study, open_study, recover_orphans
+from search._study_file import StudyFile, load_study_file
+from search._tables import best_table, objective_names
+from training.contract import check_dataset_loads, redact, storage_file
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT, SIGTERM (``kill``, a batch system's time limit) or SIGHUP: stop as Ctrl-C does."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.signal_name = signal.Signals(signum).name
+
+
+def _interrupt(signum: int, _frame: Any) -> None:
+    raise Interrupted(signum)
+
+
+def on_signals() -> None:
+    """Ctrl-C, ``kill`` and a closed terminal all end the run the same clean way."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, _interrupt)
+
+
+@dataclass
+class Plan:
+    """A checked ``search run``: what to run, where, and what the storage holds already."""
+
+    sf: StudyFile
+    url: str
+    target: int
+    concurrency: int
+    cluster: Any  # the [cluster] table with the command line's overrides
+    storage: optuna.storages.BaseStorage | None  # None: its file is created once the cluster is up
+    existing: optuna.Study | None
+    finished: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def plan_run(study_file: Path, *, storage: str | None, trials: int | None,
+             concurrency: int | None, **overrides: Any) -> Plan:
+    """Every check that needs no cluster; StudyError for the first problem found."""
+    quiet_optuna()
+    sf = load_study_file(study_file)
+    url = default_storage(storage, sf.storage)
+    storage_obj = None if _new_storage_file(url) else open_url(url)
+    existing = None if storage_obj is None else _existing_study(storage_obj, sf.name)
+    # A study name that exists must go on with a study file that keeps its trials comparable.
+    notes = [] if existing is None else check_same_study(existing, sf, redact(url))
+    plan = Plan(sf, url, trials or sf.budget.trials, concurrency or sf.budget.concurrency,
+                with_overrides(sf.cluster, **overrides), storage_obj, existing, notes=notes)
+    plan.finished = 0 if existing is None else _finished_count(existing)
+    if sf.objective is None and plan.cluster.backend == "local":
+        try:  # trials here load it here: find out now, not after five failed trials
+            check_dataset_loads(sf.training.dataset, sf.launcher.env)
+        except ValueError as exc:
+            raise StudyError("training.dataset", str(exc)) from None
+    return plan
+
+
+def validate(plan: Plan) -> list[str]:
+    """The cluster and launcher checks of ``search run``, without running anything: the lines
+    to print."""
+    sf = plan.sf
+    check_cluster(plan.cluster, concurrency=plan.concurrency, max_ranks=sf.max_ranks,
+                  launcher=sf.launcher.command, study_name=sf.name)
+    where = redact(plan.url)
+    study = (f"resumes study {sf.name!r} in {where} ({plan.finished} of {plan.target} trials "
+             "finished)" if plan.existing is not None else
+             f"creates study {sf.name!r} in {where}")
+    return [*(f"note: {n}" for n in plan.notes),
+            f"ok: {sf.name}: {study}; {what_a_trial_is(sf)}; cluster {plan.cluster.backend}"]
+
+
+@contextmanager
+def _started(plan: Plan) -> Iterator[tuple[ClusterHandle, optuna.Study]]:
+    """The cluster, then (only once it is up) the storage and the study."""
+    sf = plan.sf
+    with open_cluster(plan.cluster, concurrency=plan.concurrency, max_ranks=sf.max_ranks,
+                      launcher=sf.launcher.command, study_name=sf.name) as cluster:
+        study = open_study(sf, plan.storage or open_url(plan.url))
+        for number in recover_orphans(study, sf.budget.max_retries):
+            reason = study.trials[number].user_attrs.get("exit_reason", "its driver died")
+            out.print(f"trial {number} failed: {escape(str(reason))}", highlight=False)
+        yield cluster, study
+
+
+def run(plan: Plan, *, progress: bool) -> int:
+    """Run the plan; the exit code."""
+    sf = plan.sf
+    # A worker that dies mid-trial fails that trial at once (the driver re-queues its parameters)
+    # instead of Dask silently re-running it under the same trial number.
+    dask.config.set({"distributed.scheduler.allowed-failures": 0})
+    if plan.existing is not None and plan.finished >= plan.target:
+        out.print(f"study {sf.name} already holds {plan.finished} finished trials (budget "
+                  f"{plan.target}); nothing to run. Raise budget.trials or pass --trials.")
+        if _complete(plan.existing):
+            out.print(best_table(plan.existing))
+        return 0
+    try:
+        with _started(plan) as (cluster, study):
+            for note in plan.notes:
+                out.print(f"note: {escape(note)}", highlight=False)
+            out.print(_header(plan), highlight=False)
+            display = Display(study, plan.target, progress and out.is_terminal)
+            driver = Driver(sf, study, cluster.client, storage_url=plan.url, on_event=display,
+                            watch=cluster.check, single_node=plan.cluster.backend == "local")
+            with display.progress:
+                counts = driver.run(trials=plan.target, concurrency=plan.concurrency,
+                                    timeout=sf.budget.timeout)
+    except ClusterFailed as exc:
+        print_error(str(exc))
+        return exc.exit_code
+    except KeyboardInterrupt as exc:
+        # The bar hides the cursor; a signal that lands while the bar starts or stops skips
+        # rich's own clean-up, so show it here (nothing is written when not on a terminal).
+        out.show_cursor(True)
+        signum = getattr(exc, "signum", signal.SIGINT)
+        err.print(f"interrupted ({signal.Signals(signum).name}): running trials marked failed "
+                  "and their parameters re-queued; run again to resume")
+        return 128 + signum
+    if _complete(study):
+        out.print(best_table(study))
+    out.print(f"{counts.complete} complete, {counts.pruned} pruned, {counts.failed} failed in this "
+              f"run; the study holds {counts.finished}/{plan.target} finished trials.")
+    if counts.stopped_because:
+        err.print(f"[red]{escape(counts.stopped_because)}[/]")
+        return 1
+    return 0
+
+
+def _complete(study: optuna.Study) -> bool:
+    return bool(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+
+
+def _new_storage_file(url: str) -> bool:
+    """True when ``url`` names a journal or SQLite file that does not exist yet (StudyError if it
+    cannot be created there)."""
+    path = storage_file(url)
+    if path is None or Path(path).exists():
+        return False
+    parent = Path(path).expanduser().parent
+    if not parent.is_dir():
+        raise StudyError("storage", f"cannot create {redact(url)}: directory {str(parent)!r} "
+                         "does not exist")
+    if not os.access(parent, os.W_OK):
+        raise StudyError("storage", f"cannot create {redact(url)}: directory {str(parent)!r} "
+                         "is not writable")
+    return True
+
+
+def _existing_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study | None:
+    """Study ``name`` if the storage holds it (read-only), else None."""
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        return None
+
+
+def _finished_count(study: optuna.Study) -> int:
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    return len(study.get_trials(deepcopy=False, states=states))
+
+
+def what_a_trial_is(sf: StudyFile) -> str:
+    """What one trial runs, in the header's words: only what applies to the objective."""
+    from search._objectives import is_benchmark
+
+    if is_benchmark(sf.objective):
+        return f"table lookups of {sf.objective} (simulated training time)"
+    if sf.objective is not None:
+        return f"calls of {sf.objective} on Dask workers"
+    ranks = f"{sf.training.ranks}-rank"
+    if "ranks" in sf.space:
+        ranks = f"{min(sf.rank_choices)}-{max(sf.rank_choices)}-rank (searched)"
+    return f"{ranks} MPI jobs ({sf.training.dataset}, {sf.training.epochs} epochs)"
+
+
+def _header(plan: Plan) -> str:
+    sf, target, finished = plan.sf, plan.target, plan.finished
+    todo = (f"{target} trials" if not finished else
+            f"{finished} of {target} trials finished, {target - finished} to run")
+    return (f"study [bold]{escape(sf.name)}[/] in {escape(redact(plan.url))}: {todo}, "
+            f"{plan.concurrency} at a time, {escape(what_a_trial_is(sf))}; {sf.strategy.name}, "
+            f"pruner {sf.pruner.name}")
+
+
+class Display:
+    """Live progress bar (terminal) plus one line per finished trial (always). Laid out for 80
+    columns: a fixed-width bar and short counters, so nothing is squeezed to nothing."""
+
+    def __init__(self, study: optuna.Study, target: int, show_bar: bool) -> None:
+        self.study = study
+        self.names = objective_names(study)
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(bar_width=16),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[stats]}"),
+            TimeElapsedColumn(),
+            console=out,
+            disable=not show_bar,
+            transient=False,
+        )
+        name = study.study_name if len(study.study_name) <= 14 else study.study_name[:13] + "…"
+        self.task = self.progress.add_task(name, total=target, stats="")
+
+    def _best(self) -> str:
+        if len(self.names) > 1:
+            return ""
+        try:
+            return f"best {self.study.best_value:.4g}"
+        except ValueError:
+            return "best -"
+
+    def __call__(self, kind: str, trial: Any, c: RunCounts, result: dict[str, Any] | None) -> None:
+        if kind in ("complete", "pruned", "failed") and trial is not None and result is not None:
+            self.progress.console.print(_trial_line(kind, trial, result, self.names),
+                                        highlight=False, soft_wrap=True)
+        stats = f"run {c.running} ok {c.complete} pruned {c.pruned} fail {c.failed} {self._best()}"
+        self.progress.update(self.task, completed=c.finished, stats=stats)
+
+
+def _trial_line(kind: str, trial: Any, result: dict[str, Any], names: list[str]) -> str:
+    what = {"complete": "[green]complete[/]", "pruned": "[yellow]pruned[/]",
+            "failed": "[red]failed[/]"}[kind]
+    values = result.get("values") or {}
+    shown = " ".join(f"{m}={values[m]:.4g}" for m in names if m in values)
+    params = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                      for k, v in trial.params.items() if not k.startswith("genome."))
+    summary = trial.user_attrs.get("genome_summary")
+    if summary:
+        params = f"{params} [{summary}]" if params else f"[{summary}]"
+    extra = _seconds(result.get("sim_time_s") or result.get("wall_time_s") or 0.0)
+    if "epochs_run" in result:
+        extra = f"{result['epochs_run']} ep, {extra}"
+    line = f"trial {trial.number:>3} {what} {escape(shown)} {escape(params)} ({extra})"
+    if kind == "failed":
+        reason = (str(result.get("exit_reason", "")).splitlines() or [""])[0][:300]
+        line += f"\n    {escape(reason)}"
+        if result.get("log_path"):
+            line += f"\n    full log: {escape(str(result['log_path']))}"
+    return line
+
+
+def _seconds(value: float) -> str:
+    """A duration with sensible precision: 0.004 s, 2.3 s, 41 s, 12 min."""
+    if value >= 600:
+        return f"{value / 60:.0f} min"
+    if value >= 10:
+        return f"{value:.0f} s"
+    return f"{value:.2g} s" if value < 1 else f"{value:.1f} s"

@@ -1,0 +1,91 @@
+"""A study name that exists goes on only with a study file that keeps its trials comparable:
+a changed dataset, epochs, metric or space is refused up front; a larger budget or another
+strategy continues the study and says what changed."""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from search import load_study_file, open_study
+from tests.cli_helpers import search_command
+from training.contract import open_storage
+
+
+def _search(*args: str, cwd: Path) -> tuple[int, str, str]:
+    proc = subprocess.run([*search_command(), *args, "--no-progress"], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def _function_study(directory: Path, *, trials: int, strategy: str = "random",
+                    high: float = 1.0) -> Path:
+    (directory / "quad.py").write_text("def objective(params):\n    return (params['x'] - .3) ** 2\n")
+    path = directory / "study.toml"
+    path.write_text(textwrap.dedent(f"""\
+        name = "quad"
+        objective = "quad:objective"
+        metric = "loss"
+        direction = "minimize"
+        pruner = "none"
+        [strategy]
+        name = "{strategy}"
+        seed = 1
+        [budget]
+        trials = {trials}
+        [space]
+        x = {{ type = "float", low = 0, high = {high} }}
+        """))
+    return path
+
+
+def test_a_changed_dataset_and_epochs_are_refused_before_anything_runs(tmp_path: Path) -> None:
+    journal = str(tmp_path / "s.journal")
+    first = tmp_path / "first.toml"
+    first.write_text('name = "q"\n[training]\ndataset = "digits"\nepochs = 6\nranks = 1\n')
+    study = open_study(load_study_file(first), open_storage(journal))  # made with digits, 6 epochs
+    changed = tmp_path / "changed.toml"
+    changed.write_text('name = "q"\n[training]\ndataset = "mnist1d"\nepochs = 1\nranks = 1\n')
+
+    code, out, err = _search("run", str(changed), "--storage", journal, cwd=tmp_path)
+
+    assert code == 2, out + err
+    assert err.strip() == (
+        f"error: name: study 'q' in {journal} holds 0 trials made with another study file "
+        '(training.dataset: "digits" -> "mnist1d"; training.epochs: 6 -> 1): new trials would '
+        "not be comparable with them. Give the study a new name, or delete the old one first "
+        "(search delete q)")
+    assert study.get_trials() == []  # nothing ran, nothing was written
+
+
+def test_a_changed_space_is_refused(tmp_path: Path) -> None:
+    journal = str(tmp_path / "s.journal")
+    assert _search("run", str(_function_study(tmp_path, trials=2)), "--storage", journal,
+                   cwd=tmp_path)[0] == 0
+    code, out, err = _search("run", str(_function_study(tmp_path, trials=4, high=2.0)),
+                             "--storage", journal, cwd=tmp_path)
+    assert code == 2, out + err
+    assert "holds 2 trials made with another study file (space.x.high: 1.0 -> 2.0)" in err
+    assert len(optuna.load_study(study_name="quad", storage=open_storage(journal)).trials) == 2
+
+
+def test_a_larger_budget_and_another_strategy_continue_the_study_and_say_so(
+        tmp_path: Path) -> None:
+    journal = str(tmp_path / "s.journal")
+    assert _search("run", str(_function_study(tmp_path, trials=2)), "--storage", journal,
+                   cwd=tmp_path)[0] == 0
+    code, out, err = _search("run", str(_function_study(tmp_path, trials=4, strategy="tpe")),
+                             "--storage", journal, cwd=tmp_path)
+    assert code == 0, out + err
+    assert 'note: strategy.name changed from "random" to "tpe"' in out
+    assert "2 of 4 trials finished, 2 to run" in out
+    study = optuna.load_study(study_name="quad", storage=open_storage(journal))
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 4
+    assert study.user_attrs["detol:study"]["strategy"]["name"] == "tpe"  # what runs from now
+    [change] = study.user_attrs["detol:study_changes"]
+    assert change["before_trial"] == 2 and change["changes"] == [
+        'strategy.name changed from "random" to "tpe"']
