@@ -234,7 +234,7 @@ class Display:
             transient=False,
         )
         name = study.study_name if len(study.study_name) <= 14 else study.study_name[:13] + "…"
-        self.task = self.progress.add_task(name, total=target, stats="")
+        self.task = self.progress.add_task(name, total=target, stats=self._stats(RunCounts()))
 
     def _best(self) -> str:
         if len(self.names) > 1:
@@ -248,8 +248,10 @@ class Display:
         if kind in ("complete", "pruned", "failed") and trial is not None and result is not None:
             self.progress.console.print(_trial_line(kind, trial, result, self.names),
                                         highlight=False, soft_wrap=True)
-        stats = f"run {c.running} ok {c.complete} pruned {c.pruned} fail {c.failed} {self._best()}"
-        self.progress.update(self.task, completed=c.finished, stats=stats)
+        self.progress.update(self.task, completed=c.finished, stats=self._stats(c))
+
+    def _stats(self, c: RunCounts) -> str:
+        return f"run {c.running} ok {c.complete} pruned {c.pruned} fail {c.failed} {self._best()}"
 
 
 def _trial_line(kind: str, trial: Any, result: dict[str, Any], names: list[str]) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
+from rich import box
 from rich.markup import escape
 from rich.table import Table
 
@@ -55,7 +56,10 @@ def best_table(study: optuna.Study, n: int = 5) -> Table:
     params = sorted({p for t in trials for p in t.params if not p.startswith("genome")})
     genomes = any("genome_summary" in t.user_attrs for t in trials)
     title = "Pareto front" if len(names) > 1 else f"best {len(trials)} trials"
-    table = Table(title=f"{study.study_name}: {title}")
+    # Laid out for 80 columns: no vertical rules, and headers fold onto a second line rather
+    # than being cut to "val_acc…".
+    table = Table(title=f"{study.study_name}: {title}", box=box.SIMPLE_HEAD, pad_edge=False,
+                  collapse_padding=True)
     table.add_column("trial", justify="right")
     for name in names:
         table.add_column(name, justify="right")
@@ -67,6 +71,8 @@ def best_table(study: optuna.Study, n: int = 5) -> Table:
               if any(key in t.user_attrs for t in trials)]
     for label, _ in extras:
         table.add_column(label, justify="right")
+    for column in table.columns:
+        column.overflow = "fold"
     for t in trials:
         table.add_row(
             str(t.number),

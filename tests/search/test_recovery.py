@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -179,9 +180,9 @@ def test_kill_on_a_terminal_gives_the_cursor_back(tmp_path: Path) -> None:
     os.close(follower)
     seen = b""
     deadline = time.monotonic() + 60
-    while b"\x1b[?25l" not in seen and time.monotonic() < deadline:  # the bar hid the cursor
+    while b"run 1 ok 0" not in seen and time.monotonic() < deadline:  # the bar shows the trial
         seen += os.read(leader, 65536)
-    assert b"\x1b[?25l" in seen, seen.decode(errors="replace")
+    assert b"\x1b[?25l" in seen, seen.decode(errors="replace")  # the bar hid the cursor
     proc.send_signal(signal.SIGTERM)
     while True:
         try:
@@ -193,3 +194,6 @@ def test_kill_on_a_terminal_gives_the_cursor_back(tmp_path: Path) -> None:
         seen += chunk
     assert proc.wait(timeout=60) == 143
     assert seen.rfind(b"\x1b[?25h") > seen.rfind(b"\x1b[?25l"), "the cursor stays hidden"
+    # At 80 columns the bar keeps its width, its counters and the elapsed time.
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", seen.decode(errors="replace"))
+    assert re.search(r"━{16} +0/20 run 1 ok 0 pruned 0 fail 0 best - +0:00:\d\d", text), text
