@@ -81,10 +81,11 @@ def first_error(output: str) -> str:
     return ""
 
 
-def failed_job(code: int, output: str) -> dict[str, Any]:
-    """The result of a job that ended without writing one: the real error first, then the tail
-    of its output, and the whole output (capped) for the trial's log file."""
-    error = first_error(output)
+def failed_job(code: int, output: str, error: str = "") -> dict[str, Any]:
+    """The result of a job that ended without writing one: the real error first (``error``, else
+    the first one in the output), then the tail of its output, and the whole output (capped) for
+    the trial's log file."""
+    error = error or first_error(output)
     head = f"MPI job exited with code {code}" + (f": {error}" if error else "")
     return {"state": "failed", "exit_reason": f"{head}\n{tail(output)}",
             "log": output[-LOG_LIMIT:]}

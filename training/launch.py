@@ -58,6 +58,17 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+def _rank_errors(directory: Path) -> list[dict[str, Any]]:
+    """What each failing rank wrote before it aborted the job, lowest rank first."""
+    found = []
+    for path in directory.glob("result.json.rank*"):
+        try:
+            found.append((int(path.name.rpartition("rank")[2]), json.loads(path.read_text())))
+        except (OSError, ValueError):
+            continue
+    return [error for _, error in sorted(found, key=lambda item: item[0])]
+
+
 def run_trial(
     spec_data: dict[str, Any], *, should_stop: Callable[[], bool] | None = None
 ) -> dict[str, Any]:
@@ -115,10 +126,14 @@ def run_trial(
         if os.path.exists(result_path):
             with open(result_path) as f:
                 result = json.load(f)
+        errors = _rank_errors(Path(tmp))
     if stopped:
         result = {"state": "failed", "exit_reason": stopped}
     elif proc.returncode != 0 and result.get("state") != "failed":
-        result = failed_job(proc.returncode, output)
+        if errors:  # the first failing rank's error, even when Abort cut its output
+            output = "\n".join([output, *(e.get("traceback", "") for e in errors)])
+        result = failed_job(proc.returncode, output,
+                            errors[0].get("error", "") if errors else "")
     elif not result:
         result = {"state": "failed", "exit_reason": f"no result written: {tail(output)}",
                   "log": output[-LOG_LIMIT:]}

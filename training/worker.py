@@ -102,6 +102,11 @@ def run(spec_data: dict[str, Any]) -> int:
             if not isinstance(exc, WrongRankCount):  # its message says all; no traceback
                 failed["traceback"] = text[-4000:]
             _write_json(spec.result_path, failed)
+        if spec.result_path:  # the job's output may be cut by Abort: each rank's own words
+            _write_json(f"{spec.result_path}.rank{comm.rank}", {
+                "error": f"[rank {comm.rank}] {type(exc).__name__}: {exc}",
+                "traceback": f"[rank {comm.rank}] {text}"[-8000:],
+            })
         comm.Abort(1)  # no rank hangs in a collective waiting for this one
         return 1
 

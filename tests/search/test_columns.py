@@ -151,7 +151,7 @@ def test_report_of_a_function_study(storage: str, tmp_path: Path) -> None:
 def test_best_and_status_tables(storage: str) -> None:
     code, out, err = run_cli("best", TABLE, "--storage", storage, "-n", "3")
     assert code == 0, err
-    header = next(line for line in out.splitlines() if "┃ trial" in line)
+    header = next(line for line in out.splitlines() if line.strip().startswith("trial"))
     assert "sim time s" in header
     assert "time s" not in header.replace("sim time s", "")  # no lookup wall time
     best = _study(storage, TABLE).best_trial
@@ -159,8 +159,7 @@ def test_best_and_status_tables(storage: str) -> None:
 
     code, out, err = run_cli("best", FUNCTION, "--storage", storage, "-n", "8")
     assert code == 0, err
-    times = [line.split("│")[-2].strip() for line in out.splitlines()
-             if re.match(r"^│\s+\d+ │", line)]
+    times = [line.split()[-1] for line in out.splitlines() if re.match(r"^\s*\d+\s", line)]
     assert len(times) == 8 and all(SECONDS.match(t) for t in times), times
 
     code, out, err = run_cli("status", TABLE, "--storage", storage)
