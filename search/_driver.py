@@ -88,7 +88,7 @@ class _Running:
 
 Event = Callable[[str, optuna.Trial | None, RunCounts, dict[str, Any] | None], None]
 # Called on every turn of the loop with whether trials are running (or waiting for a worker);
-# raises (search._cluster.ClusterFailed) when the cluster cannot deliver.
+# raises (search._cluster_watch.ClusterFailed) when the cluster cannot deliver.
 Watch = Callable[..., None]
 
 
