@@ -201,7 +201,9 @@ class Trainer:
             if self.comm.rank == 0:
                 stop = self.reporter.report(epoch, row[self.objective])
             stop = self.comm.bcast(stop, root=0)  # waits for rank 0's pruning decision
-            if stop:
+            # After the last epoch there is nothing left to save: the trial completes (its
+            # value reported, so the pruner still learns from it) rather than being discarded.
+            if stop and epoch < self.config.epochs:
                 state, reason = "pruned", f"pruned after epoch {epoch}"
                 break
         self.algorithm.finish()

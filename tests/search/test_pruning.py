@@ -44,6 +44,26 @@ def test_two_rank_trial_pruned_at_epoch_k_stops_there_on_every_rank(
     assert leftovers == []  # every rank exited
 
 
+def test_a_trial_the_pruner_stops_after_its_last_epoch_completes(
+    tmp_path: Path, write_study: Callable[..., Path]
+) -> None:
+    # The threshold pruner first looks at the last epoch, with a bar out of reach: every epoch
+    # was trained already, so the trial keeps its value instead of being thrown away as pruned.
+    study_file = write_study(
+        top='[pruner]\nname = "threshold"\nlower = 1.5\nwarmup_epochs = 3',
+        training={"epochs": "3", "ranks": "2", "hidden": "16"},
+        tail="[budget]\ntrials = 1",
+    )
+    journal = str(tmp_path / "j.journal")
+    done = subprocess.run([*search_command(), "run", str(study_file), "--storage", journal,
+                           "--no-progress"], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (trial,) = optuna.load_study(study_name="t", storage=open_storage(journal)).trials
+    assert trial.state is TrialState.COMPLETE and trial.value is not None
+    assert sorted(trial.intermediate_values) == [1, 2, 3]
+    assert trial.user_attrs["epochs_run"] == 3
+
+
 def _has(environ: Path, tag: str) -> bool:
     try:
         return tag.encode() in environ.read_bytes()
