@@ -28,7 +28,7 @@ from optuna.trial import TrialState
 
 from search._backend import run_trial_on_worker
 from search._cluster_plans import MPI
-from search._errors import StudyError
+from search._cluster_watch import ClusterFailed
 from search._objectives import is_benchmark, run_function_trial
 from search._registry import pruner_spec
 from search._study import DRIVER_ATTR, HEARTBEAT_ATTR, HEARTBEAT_S, driver_id, requeue
@@ -393,7 +393,7 @@ def log_directory(storage_url: str, study_name: str) -> Path:
 
 def _interruption(exc: BaseException) -> str:
     """Why the running trials stop, for their ``exit_reason``."""
-    if isinstance(exc, StudyError):
+    if isinstance(exc, ClusterFailed):
         return f"cluster failed: {exc}"
     name = getattr(exc, "signal_name", "")
     return f"driver interrupted ({name})" if name else "driver interrupted"

@@ -23,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from search._cluster import check_cluster, open_cluster, with_overrides
 from search._cluster_watch import ClusterFailed, ClusterHandle
+from search._columns import format_seconds
 from search._console import err, out, print_error
 from search._driver import Driver, RunCounts
 from search._errors import StudyError
@@ -264,7 +265,7 @@ def _trial_line(kind: str, trial: Any, result: dict[str, Any], names: list[str])
     summary = trial.user_attrs.get("genome_summary")
     if summary:
         params = f"{params} [{summary}]" if params else f"[{summary}]"
-    extra = _seconds(result.get("sim_time_s") or result.get("wall_time_s") or 0.0)
+    extra = format_seconds(result.get("sim_time_s") or result.get("wall_time_s") or 0.0) + " s"
     if "epochs_run" in result:
         extra = f"{result['epochs_run']} ep, {extra}"
     line = f"trial {trial.number:>3} {what} {escape(shown)} {escape(params)} ({extra})"
@@ -274,12 +275,3 @@ def _trial_line(kind: str, trial: Any, result: dict[str, Any], names: list[str])
         if result.get("log_path"):
             line += f"\n    full log: {escape(str(result['log_path']))}"
     return line
-
-
-def _seconds(value: float) -> str:
-    """A duration with sensible precision: 0.004 s, 2.3 s, 41 s, 12 min."""
-    if value >= 600:
-        return f"{value / 60:.0f} min"
-    if value >= 10:
-        return f"{value:.0f} s"
-    return f"{value:.2g} s" if value < 1 else f"{value:.1f} s"
