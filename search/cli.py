@@ -34,10 +34,8 @@ StorageOpt = Annotated[
     str | None,
     typer.Option(
         "--storage",
-        envvar="DETOL_STORAGE",
-        show_envvar=True,
-        help=f"Optuna storage URL or journal file (default: the study file's, else "
-        f"{DEFAULT_STORAGE})",
+        help=f"Optuna storage URL or journal file (default: $DETOL_STORAGE, else the study "
+        f"file's, else {DEFAULT_STORAGE})",
     ),
 ]
 
