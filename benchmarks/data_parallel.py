@@ -348,7 +348,7 @@ def worker_asgd(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
     from mpi4py import MPI
 
-    from training._algorithms import make_algorithm
+    from training._registry import make_algorithm
     from training._data import load_dataset
 
     comm = MPI.COMM_WORLD

@@ -6,13 +6,12 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from training._algorithm import Algorithm, average_parameters, set_flat_parameters
+from training._interface import Algorithm, average_parameters, set_flat_parameters
 
 
 class SimuParallelSGD(Algorithm):
     """Zinkevich et al. 2010: every rank runs SGD on its own data; one average at the end."""
 
-    name = "simuparallel"
 
     def finish(self) -> None:
         set_flat_parameters(self.model, average_parameters(self.model, self.comm))
@@ -24,7 +23,6 @@ class SimuParallelSGD(Algorithm):
 class LocalSGD(Algorithm):
     """Local SGD: independent steps, parameters averaged every ``local_steps`` steps."""
 
-    name = "localsgd"
 
     def __init__(
         self, model: torch.nn.Module, comm: MPI.Comm, *, local_steps: int = 8, **_: object
@@ -33,6 +31,9 @@ class LocalSGD(Algorithm):
         self.period = local_steps
         self.steps = 0
         self.averages = 0
+
+    def sync_period(self) -> int | None:
+        return self.period
 
     def after_step(self) -> None:
         self.steps += 1
@@ -51,12 +52,14 @@ class BatchGD(Algorithm):
     """Full-batch gradient descent in map-reduce form: every rank sums the gradient over its
     part of the whole training set (map), one allreduce (reduce), one step per epoch."""
 
-    name = "batch"
 
     def __init__(self, model: torch.nn.Module, comm: MPI.Comm, **_: object) -> None:
         super().__init__(model, comm)
         self._accumulating = False
         self.steps = 0
+
+    def sync_period(self) -> int | None:
+        return 1  # train_kmeans: every step is a whole pass (the trainer: once an epoch)
 
     def loss_divisor(self, *, local_batch: int, global_batch: int, epoch_size: int) -> int:
         return epoch_size  # summed over the epoch and the ranks = mean over the training set

@@ -8,8 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 import spaces
 from training._data import check_dataset_name
+from training._registry import ALGORITHMS
 
-ALGORITHMS = ("sync", "asgd", "simuparallel", "localsgd", "batch")
 ACTIVATIONS = ("relu", "tanh", "gelu", "silu")
 OPTIMIZERS = ("sgd", "adam")
 # Fields a study's [space] may search. The rest describe the experiment, not the candidate.
@@ -56,13 +56,17 @@ class TrainConfig(BaseModel):
     activation: Literal["relu", "tanh", "gelu", "silu"] = "relu"
     dropout: float = Field(0.0, ge=0, lt=1)
     ranks: int = Field(2, ge=1)
-    algorithm: Literal["sync", "asgd", "simuparallel", "localsgd", "batch"] = "sync"
+    algorithm: str = Field("sync", description="one of training._registry.ALGORITHMS")
     send_every: int = Field(1, ge=1, description="asgd: steps between two state sends")
     local_steps: int = Field(8, ge=1, description="localsgd: steps between two averages")
     bucket_kb: int = Field(256, ge=1, description="sync: gradient bucket size")
     mpi_async_progress: bool = Field(
         False,
         description="MPICH progress thread (MPIR_CVAR_ASYNC_PROGRESS=1), for ASGD across nodes",
+    )
+    slowdown: list[float] = Field(
+        default_factory=list,
+        description="rank i computes slowdown[i] times slower (a straggler, for experiments)",
     )
     seed: int = 0
     val_fraction: float = Field(0.2, gt=0, le=0.5)
@@ -79,10 +83,28 @@ class TrainConfig(BaseModel):
             spaces.genome_from_dict(value)  # raises ValueError naming what is wrong
         return value
 
+    @field_validator("algorithm")
+    @classmethod
+    def _known_algorithm(cls, value: str) -> str:
+        if value not in ALGORITHMS:
+            raise ValueError(f"unknown algorithm {value!r} (known: {', '.join(ALGORITHMS)})")
+        return value
+
     @field_validator("dataset")
     @classmethod
     def _known_dataset(cls, value: str) -> str:
         check_dataset_name(value)
+        return value
+
+    @field_validator("slowdown")
+    @classmethod
+    def _slowdown_factors(cls, value: list[float]) -> list[float]:
+        for i, factor in enumerate(value):
+            if not factor >= 1.0 or factor != factor or factor == float("inf"):
+                raise ValueError(
+                    f"slowdown[{i}] = {factor}: a factor must be a finite number >= 1 "
+                    "(1 = the rank's own pace, 3 = three times slower)"
+                )
         return value
 
     @model_validator(mode="after")
@@ -90,6 +112,11 @@ class TrainConfig(BaseModel):
         least = MIN_RANKS.get(self.algorithm, 1)
         if self.ranks < least:
             raise ValueError(ranks_message(self.algorithm, self.ranks))
+        if len(self.slowdown) > self.ranks:
+            raise ValueError(
+                f"slowdown gives {len(self.slowdown)} factors but the trial has ranks = "
+                f"{self.ranks}: one factor per rank at most (rank i takes slowdown[i])"
+            )
         return self
 
     def with_params(self, params: dict[str, Any]) -> TrainConfig:

@@ -52,11 +52,20 @@ def launcher_argv(command: str | Sequence[str], ranks: int) -> list[str]:
 def job_env(
     threads_per_rank: int, async_progress: bool, extra: Mapping[str, str]
 ) -> dict[str, str]:
-    """The MPI job's environment: this process's, one torch thread count, ``[launcher] env``."""
+    """The MPI job's environment: this process's, one torch thread count, ``[launcher] env``.
+
+    MPI is initialised at thread level ``funneled`` (only the main thread calls MPI, which is
+    all the trainer does): mpi4py's default ``multiple`` makes every MPI call take a lock, and
+    with the mpich wheel an RMA ``Flush`` then took ~700 us of wall time on a loaded machine
+    against ~6 us. An MPICH progress thread (``async_progress``) needs ``multiple``.
+    ``[launcher] env`` may set ``MPI4PY_RC_THREAD_LEVEL`` itself.
+    """
     env = {**os.environ, "OMP_NUM_THREADS": str(threads_per_rank), **extra}
     env.setdefault("PYTHONUNBUFFERED", "1")
     if async_progress:
         env.setdefault("MPIR_CVAR_ASYNC_PROGRESS", "1")
+    if "MPI4PY_RC_THREAD_LEVEL" not in extra:
+        env["MPI4PY_RC_THREAD_LEVEL"] = "multiple" if async_progress else "funneled"
     return env
 
 

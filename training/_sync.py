@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from training._algorithm import Algorithm, broadcast_parameters
+from training._interface import Algorithm, broadcast_parameters
 
 
 class _Bucket:
@@ -171,7 +171,6 @@ class SyncSGD(Algorithm):
     Identical (to float tolerance) to one process training on the global batch.
     """
 
-    name = "sync"
 
     def __init__(
         self, model: torch.nn.Module, comm: MPI.Comm, *, bucket_bytes: int = 1 << 18, **_: object
@@ -183,6 +182,9 @@ class SyncSGD(Algorithm):
 
     def loss_divisor(self, *, local_batch: int, global_batch: int, epoch_size: int) -> int:
         return global_batch  # summed over ranks = mean over the global batch
+
+    def sync_period(self) -> int | None:
+        return 1
 
     def zero_grad(self) -> None:
         self.allreduce.zero_grad()

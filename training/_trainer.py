@@ -13,11 +13,12 @@ from mpi4py import MPI
 from torch import nn
 
 from spaces import genome_from_dict
-from training._algorithms import make_algorithm
 from training._config import TrainConfig
 from training._data import Dataset, load_dataset
 from training._genome_models import build_genome_model, model_cost
 from training._models import build_mlp
+from training._pace import Pace
+from training._registry import make_algorithm
 from training._reporting import NullReporter, Reporter
 
 
@@ -93,6 +94,7 @@ class Trainer:
         self.x_train = torch.from_numpy(self.data.x_train).to(self.device)
         self.y_train = torch.from_numpy(self.data.y_train).to(self.device)
         self.first_step_time: float | None = None
+        self.pace = Pace(config.slowdown, comm.rank)  # a straggler on purpose, if asked
 
     def _build_model(self) -> nn.Module:
         c = self.config
@@ -133,12 +135,14 @@ class Trainer:
         divisor = self.algorithm.loss_divisor(
             local_batch=len(local), global_batch=len(batch), epoch_size=len(self.x_train)
         )
+        self.pace.start()
         if len(local):
             loss_sum = self.loss_fn(self.model(self.x_train[local]), self.y_train[local])
             (loss_sum / divisor).backward()
             local_loss = float(loss_sum.detach())
         else:
             local_loss = 0.0
+        self.pace.stop()
         if self.algorithm.before_step(last_in_epoch):  # sync: waits for all ranks
             self.optimizer.step()
             self.algorithm.after_step()

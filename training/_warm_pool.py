@@ -280,9 +280,8 @@ def run_warm_trial(
         return {"state": "failed", "exit_reason": str(exc), "wall_time_s": 0.0}
     env = job_env(config.threads_per_rank, config.mpi_async_progress, spec.env)  # as cold
     # The pool's environment is the worker's at the pool's start, plus what the spec sets.
-    keyed: dict[str, str] = {
-        k: env[k] for k in ("OMP_NUM_THREADS", "MPIR_CVAR_ASYNC_PROGRESS") if k in env
-    }
+    pooled = ("OMP_NUM_THREADS", "MPIR_CVAR_ASYNC_PROGRESS", "MPI4PY_RC_THREAD_LEVEL")
+    keyed: dict[str, str] = {k: env[k] for k in pooled if k in env}
     keyed.update(spec.env)
     key: PoolKey = (tuple(launcher), tuple(sorted(keyed.items())))
     pool = _check_out(key)

@@ -1,5 +1,6 @@
 """Every distributed algorithm, on 2 real MPI ranks, lowers the MLP loss on digits and the
-K-means loss; ASGD really exchanges states; all ranks end on the same (averaged) weights."""
+K-means loss (on step counts, not clocks); ASGD's exchange keeps its ranks together; all ranks
+end on the same (averaged) weights. The exchange's arithmetic: ``test_asgd_exchange.py``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from training._config import ALGORITHMS
+from training._registry import ALGORITHMS
 from training.launch import launcher_argv
 
 pytestmark = pytest.mark.mpi
@@ -38,16 +39,24 @@ def test_mlp_loss_goes_down(results: dict, algorithm: str) -> None:
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_kmeans_loss_goes_down(results: dict, algorithm: str) -> None:
     r = results["kmeans"][algorithm]
-    assert r["after"] < 0.5 * r["before"], r
-    assert r["steps"] > 0
+    assert results["lloyd"] < 0.75 * r["before"]  # there is a long way to go from the start
+    assert r["after"] < 1.05 * results["lloyd"], (r, results["lloyd"])  # and it went all of it
+    assert r["steps"] == (30 if algorithm == "batch" else 300)
 
 
-def test_asgd_exchanges_and_gates_states(results: dict) -> None:
+def test_asgd_blends_states_that_keep_its_ranks_together(results: dict) -> None:
+    """Same seeds, same shards, same steps, ranks kept in step: SimuParallelSGD's ranks drift
+    apart on their own data; ASGD's accepted blends pull them together. Without the blend (or
+    with a gate that accepts nothing) the two spreads are equal."""
+    asgd, alone = results["lockstep"]["asgd"], results["lockstep"]["simuparallel"]
+    c = asgd["counters"]
+    assert c["accepted"] > 0 and c["rejected"] > 0, c  # the gate decides, both ways
+    assert asgd["spread"] < 0.8 * alone["spread"], (asgd["spread"], alone["spread"])
     for task in ("mlp", "kmeans"):
         c = results[task]["asgd"]["counters"]
-        assert c["sent"] > 0 and c["received"] > 0, c
-        assert c["accepted"] + c["rejected"] == c["received"], c
-        assert c["received"] <= c["sent"]  # a slot overwritten before it is read counts once
+        # sent counts Puts, received counts reads of a new sequence number: a slot written
+        # twice before its owner read it is received once, never more than it was sent.
+        assert 0 < c["received"] <= c["sent"], c
 
 
 def test_sync_overlaps_communication_with_backward(results: dict) -> None:

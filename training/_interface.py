@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -56,11 +56,17 @@ def average_parameters(model: torch.nn.Module, comm: MPI.Comm) -> np.ndarray:
 class Algorithm:
     """Base: independent local SGD steps on each rank, nothing exchanged (override the hooks)."""
 
-    name: ClassVar[str] = ""
 
     def __init__(self, model: torch.nn.Module, comm: MPI.Comm, **_: object) -> None:
         self.model = model
         self.comm = comm
+
+    def sync_period(self) -> int | None:
+        """Every how many steps every rank takes part in a collective (1: every step), or
+        None when ranks never wait for each other during training. A loop that stops on a
+        clock must let ranks agree on stopping only at such steps, or one rank would wait
+        for ever in a collective another rank never enters."""
+        return None
 
     def broadcast_parameters(self, root: int = 0) -> None:
         """Every rank starts from ``root``'s weights."""
