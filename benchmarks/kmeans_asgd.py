@@ -1,19 +1,34 @@
-"""The ASGD paper's first experiment: K-means by SGD, ASGD vs SimuParallelSGD vs map-reduce BATCH.
+"""The ASGD paper's first experiment: K-means by SGD, ASGD vs SimuParallelSGD vs BATCH vs sync.
 
-What is measured: for K = 10 and K = 100 clusters of 10-dimensional synthetic points, each method
-trains from the same initial centroids on the same data, with the same ranks and the same
-wall-clock budget (one MPI job per K runs the methods one after another). Every rank records its
-centroids at fixed times without communicating; afterwards the loss (mean squared distance to the
-nearest centroid, on a fixed evaluation sample) of the ranks' mean centroids is computed at each
-checkpoint. The target loss is 1.02 x the best loss any method reached; ``time_to_target_s`` is
-the first checkpoint at or below it (``null`` if never). Ratios are to ASGD (> 1: ASGD faster).
+What is measured: for K = 10 and K = 100 clusters of 10-dimensional synthetic points (unit
+variance around centres uniform in [-10, 10]^10, k-means++ initial centroids), every method
+trains from the same centroids on the same data with the same ranks and the same wall-clock
+budget; one MPI job per (K, seed, setting) runs the methods one after another, their order
+rotated with the seed so drift on the machine does not favour one. Every rank records its
+centroids every ``--checkpoint`` seconds without communicating; afterwards the loss (mean
+squared distance to the nearest centroid, on a fixed sample of 20,000 points) of the ranks'
+mean centroids is computed at each checkpoint.
 
-Yardsticks: SimuParallelSGD (Zinkevich et al. 2010: independent SGD, one average at the end) and
-BATCH (full-batch gradient descent, map-reduce: per-shard gradient sums, one allreduce, one step).
+Target (an outside reference, not what the methods reached): ``--target`` x the loss of
+Lloyd's algorithm run to convergence from the same initial centroids (default 1.02).
+``time_to_target`` is the first checkpoint at or below it, ``samples_to_target`` the samples
+all ranks had processed by then. The ratio of a method is its time to target / ASGD's in the
+same seed (> 1: ASGD faster); medians and ranges over seeds are reported, and a method that
+never reaches the target in a seed counts as the budget (so its ratio is a lower bound, shown
+with ">").
+
+Settings: ``balanced`` (every rank at its own pace) and ``straggler`` (rank 1 computes
+``--straggler`` times slower: ``[training] slowdown``, see ``training/_pace.py``).
+
+Methods: ``asgd`` (Keuper & Pfreundt; ``--send-every``), ``simuparallel`` (Zinkevich et al.
+2010: independent SGD, one average at the end), ``batch`` (map-reduce full-batch gradient
+descent: per-shard gradient sums, one allreduce, one step per pass; lr = K/2, which makes a step
+close to a Lloyd iteration) and ``sync`` (synchronous allreduce SGD on the global batch). CPU
+seconds (all ranks) are recorded beside wall time.
 
 Command::
 
-    python benchmarks/kmeans_asgd.py [--quick] [--json PATH] [--ranks N] [--html PATH]
+    python benchmarks/kmeans_asgd.py [--quick] [--json PATH] [--seeds N] [--send-every S]
 """
 
 from __future__ import annotations
@@ -29,7 +44,8 @@ from typing import Any
 
 from _common import machine, now_iso  # benchmarks/_common.py (the script directory)
 
-METHODS = ("asgd", "simuparallel", "batch")
+METHODS = ("asgd", "simuparallel", "batch", "sync")
+SETTINGS = ("balanced", "straggler")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -40,124 +56,193 @@ def _worker(args: argparse.Namespace) -> int:
     from training._kmeans import kmeans_data, kmeans_loss, train_kmeans
 
     comm = MPI.COMM_WORLD
-    x, init = kmeans_data(args.points, k=args.k, seed=0)
+    x, init = kmeans_data(args.points, k=args.k, seed=args.seed)
     evaluation = x[np.random.default_rng(1).choice(len(x), size=20000, replace=False)]
+    slowdown = [1.0, args.straggler] if args.setting == "straggler" else []
+    shift = args.seed % len(METHODS)
     out: dict[str, Any] = {}
-    for method in METHODS:
-        lr = args.lr * (args.k if method == "batch" else 1)  # full batch: one step per pass
+    for method in METHODS[shift:] + METHODS[:shift]:
+        lr = args.k / 2 if method == "batch" else args.lr
         run = train_kmeans(comm, method, x, init, lr=lr, batch_size=args.batch,
-                           seconds=args.seconds, checkpoint_every=args.seconds / args.checkpoints,
-                           seed=0)
+                           seconds=args.seconds, checkpoint_every=args.checkpoint,
+                           slowdown=slowdown, seed=args.seed, send_every=args.send_every)
         centroids = comm.gather(run.centroids, root=0)  # waits for all ranks
         samples = comm.gather(run.samples, root=0)
         counters = comm.gather(run.counters, root=0)
-        comm_s = comm.gather(run.comm_seconds, root=0)
+        cpu = comm.gather(run.cpu_s, root=0)
         steps = comm.gather(run.steps, root=0)
         if comm.rank == 0:
             n = min(len(c) for c in centroids)
-            loss = [kmeans_loss(evaluation, np.mean([c[i] for c in centroids], axis=0))
-                    for i in range(n)]
             out[method] = {
                 "lr": lr,
                 "time_s": run.checkpoints[:n],
-                "loss": loss,
+                "loss": [kmeans_loss(evaluation, np.mean([c[i] for c in centroids], axis=0))
+                         for i in range(n)],
                 "samples": [int(sum(s[i] for s in samples)) for i in range(n)],
                 "counters": {k: int(sum(c.get(k, 0) for c in counters)) for k in counters[0]},
-                "comm_fraction": float(np.mean(comm_s) / args.seconds),
-                "steps": int(sum(steps)),
+                "cpu_s": float(sum(cpu)),
+                "steps_per_rank": [int(s) for s in steps],
             }
     if comm.rank == 0:
         Path(args.out).write_text(json.dumps(out))
     return 0
 
 
-def _launch(k: int, args: argparse.Namespace, out: str) -> dict[str, Any]:
-    from training.launch import launcher_argv
+def _lloyd_target(k: int, seed: int, args: argparse.Namespace) -> dict[str, float]:
+    import numpy as np
+
+    from training._kmeans import kmeans_data, kmeans_loss, lloyd
+
+    x, init = kmeans_data(args.points, k=k, seed=seed)
+    evaluation = x[np.random.default_rng(1).choice(len(x), size=20000, replace=False)]
+    centroids, _ = lloyd(x, init)
+    reference = kmeans_loss(evaluation, centroids)
+    return {"lloyd_loss": reference, "start_loss": kmeans_loss(evaluation, init),
+            "target_loss": args.target * reference}
+
+
+def _launch(k: int, seed: int, setting: str, args: argparse.Namespace, out: str) -> dict:
+    from training._launcher import SINGLE_NODE_ENV, job_env, launcher_argv
 
     argv = launcher_argv("mpiexec -n {ranks}", args.ranks) + [
-        sys.executable, __file__, "--worker", "--k", str(k), "--seconds", str(args.seconds),
-        "--points", str(args.points), "--batch", str(args.batch), "--lr", str(args.lr),
-        "--checkpoints", str(args.checkpoints), "--out", out,
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1200)
+        sys.executable, __file__, "--worker", "--k", str(k), "--seed", str(seed),
+        "--setting", setting, "--seconds", str(args.seconds), "--points", str(args.points),
+        "--batch", str(args.batch), "--lr", str(args.lr), "--checkpoint", str(args.checkpoint),
+        "--send-every", str(args.send_every), "--straggler", str(args.straggler), "--out", out]
+    env = job_env(1, False, SINGLE_NODE_ENV)  # the trainer's: one thread, MPI funneled
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800)
     if proc.returncode != 0:
-        raise SystemExit(f"K={k}: MPI job failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
-    return json.loads(Path(out).read_text())
+        raise SystemExit(f"K={k} seed {seed} {setting}: MPI job failed:\n"
+                         f"{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+    result: dict = json.loads(Path(out).read_text())
+    return result
 
 
-def _time_to(curve: dict[str, Any], target: float, key: str) -> float | None:
-    for t, loss in zip(curve[key], curve["loss"], strict=True):
+def _first(curve: dict[str, Any], target: float, key: str) -> float | None:
+    for value, loss in zip(curve[key], curve["loss"], strict=True):
         if loss <= target:
-            return float(t)
+            return float(value)
     return None
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    import numpy as np
+
+    return {"median": float(np.median(values)), "min": float(min(values)),
+            "max": float(max(values)),
+            "geomean": float(np.exp(np.mean(np.log(values)))) if min(values) > 0 else 0.0}
 
 
 def _figure(results: dict[str, Any], path: Path) -> None:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    ks = list(results)
-    fig = make_subplots(rows=len(ks), cols=2, subplot_titles=[
-        f"K={k}: loss vs {axis}" for k in ks for axis in ("wall time (s)", "samples processed")])
-    colors = {"asgd": "#d62728", "simuparallel": "#1f77b4", "batch": "#2ca02c"}
-    for row, k in enumerate(ks, start=1):
+    keys = [(k, s) for k in results for s in results[k]]
+    fig = make_subplots(rows=len(keys), cols=2, subplot_titles=[
+        f"K={k} {s}, seed 0: loss vs {axis}" for k, s in keys
+        for axis in ("wall time (s)", "samples processed")])
+    colors = {"asgd": "#d62728", "simuparallel": "#1f77b4", "batch": "#2ca02c",
+              "sync": "#9467bd"}
+    for row, (k, s) in enumerate(keys, start=1):
+        seed0 = results[k][s]["seeds"][0]
         for method in METHODS:
-            curve = results[k]["curves"][method]
+            curve = seed0["curves"][method]
             for col, axis in enumerate(("time_s", "samples"), start=1):
                 fig.add_trace(go.Scatter(x=curve[axis], y=curve["loss"], name=method,
                                          line={"color": colors[method]},
                                          showlegend=row == 1 and col == 1), row=row, col=col)
-            fig.update_yaxes(type="log", row=row)
-    fig.update_layout(title="K-means by SGD: ASGD vs SimuParallelSGD vs BATCH",
-                      height=400 * len(ks))
+                fig.add_hline(y=seed0["target_loss"], line_dash="dot", row=row, col=col)
+        fig.update_yaxes(type="log", row=row)
+    fig.update_layout(title="K-means by SGD: ASGD vs SimuParallelSGD vs BATCH vs sync "
+                            "(dotted: target)", height=380 * len(keys))
     fig.write_html(path, include_plotlyjs=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="small run for CI (under 2 minutes)")
+    p.add_argument("--quick", action="store_true", help="small run (about 2 minutes)")
     p.add_argument("--json", help="write the figures to this JSON file")
     p.add_argument("--html", help="plotly figure (default: next to --json, or results/)")
     p.add_argument("--ranks", type=int, default=2)
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--k", type=int, default=10, help=argparse.SUPPRESS)
+    p.add_argument("--seeds", type=int, default=None, help="seeds (default 5, quick 2)")
+    p.add_argument("--ks", default="10,100", help="cluster counts, comma-separated")
+    p.add_argument("--settings", default=",".join(SETTINGS))
     p.add_argument("--seconds", type=float, default=None, help="wall-clock budget per method")
     p.add_argument("--points", type=int, default=None)
     p.add_argument("--batch", type=int, default=256, help="global mini-batch")
-    p.add_argument("--lr", type=float, default=0.1)
-    p.add_argument("--checkpoints", type=int, default=100)
+    p.add_argument("--lr", type=float, default=0.05, help="SGD step size (all but batch)")
+    p.add_argument("--send-every", type=int, default=1, help="asgd: steps between sends")
+    p.add_argument("--straggler", type=float, default=3.0, help="rank 1's slowdown factor")
+    p.add_argument("--target", type=float, default=1.02, help="x Lloyd's loss")
+    p.add_argument("--checkpoint", type=float, default=0.01, help="seconds between snapshots")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--k", type=int, default=10, help=argparse.SUPPRESS)
+    p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--setting", default="balanced", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
         return _worker(args)
-    args.seconds = args.seconds or (3.0 if args.quick else 20.0)
-    args.points = args.points or (100_000 if args.quick else 500_000)
+    args.seeds = args.seeds or (2 if args.quick else 5)
+    args.seconds = args.seconds or (2.0 if args.quick else 6.0)
+    args.points = args.points or (50_000 if args.quick else 200_000)
+    ks = [int(k) for k in args.ks.split(",")]
+    settings = args.settings.split(",")
+    load_before = os.getloadavg()
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for k in (10, 100):
-            curves = _launch(k, args, str(Path(tmp) / f"k{k}.json"))
-            best = min(min(c["loss"]) for c in curves.values())
-            target = 1.02 * best
-            ttt = {m: _time_to(curves[m], target, "time_s") for m in METHODS}
-            sst = {m: _time_to(curves[m], target, "samples") for m in METHODS}
-            results[str(k)] = {"target_loss": target, "time_to_target_s": ttt,
-                               "samples_to_target": sst, "curves": curves}
-    print(f"K-means by SGD, {args.ranks} ranks, {args.points} points x 10 dims, "
-          f"{args.seconds:g} s per method, lr {args.lr}, global batch {args.batch}")
-    print(f"{'K':>4} {'method':<13} {'final loss':>10} {'t->target s':>12} {'ratio':>7} "
-          f"{'samples->target':>16} {'steps':>8}  counters")
-    for k, r in results.items():
-        base = r["time_to_target_s"]["asgd"]
-        for m in METHODS:
-            c = r["curves"][m]
-            t = r["time_to_target_s"][m]
-            ratio = f"{t / base:.2f}" if t is not None and base else "-"
-            s = r["samples_to_target"][m]
-            print(f"{k:>4} {m:<13} {c['loss'][-1]:>10.3f} "
-                  f"{'never' if t is None else f'{t:.2f}':>12} {ratio:>7} "
-                  f"{'never' if s is None else int(s):>16} {c['steps']:>8}  {c['counters']}")
-        print(f"{k:>4} target loss {r['target_loss']:.3f} (1.02 x best reached)")
+        for k in ks:
+            refs = [_lloyd_target(k, seed, args) for seed in range(args.seeds)]
+            for setting in settings:
+                runs = []
+                for seed in range(args.seeds):
+                    curves = _launch(k, seed, setting, args, str(Path(tmp) / "out.json"))
+                    target = refs[seed]["target_loss"]
+                    runs.append({**refs[seed], "curves": curves,
+                                 "time_to_target_s": {m: _first(curves[m], target, "time_s")
+                                                      for m in METHODS},
+                                 "samples_to_target": {m: _first(curves[m], target, "samples")
+                                                       for m in METHODS}})
+                    print(f"K={k} {setting} seed {seed}: " + ", ".join(
+                        f"{m} {t if t is None else round(t, 2)}"
+                        for m, t in runs[-1]["time_to_target_s"].items()), flush=True)
+                results.setdefault(str(k), {})[setting] = {"seeds": runs}
+    # Ratios to ASGD per seed (a method that never reached the target counts as the budget).
+    print(f"\nK-means by SGD, {args.ranks} ranks, {args.points} points x 10 dims, "
+          f"{args.seconds:g} s per method, {args.seeds} seeds, lr {args.lr}, global batch "
+          f"{args.batch}, ASGD send_every {args.send_every}, straggler x{args.straggler:g}; "
+          f"target {args.target:g} x Lloyd's loss; load {load_before[0]:.2f} before, "
+          f"{os.getloadavg()[0]:.2f} after")
+    print(f"{'K':>4} {'setting':<10} {'method':<13} {'t->target s (median, range)':<30} "
+          f"{'ratio to ASGD (median, range)':<32} {'final/Lloyd':>11} {'CPU s':>6}")
+    for k, by_setting in results.items():
+        for setting, r in by_setting.items():
+            summary: dict[str, Any] = {}
+            for m in METHODS:
+                times, ratios, lower = [], [], False
+                for run in r["seeds"]:
+                    t, base = run["time_to_target_s"][m], run["time_to_target_s"]["asgd"]
+                    lower |= t is None
+                    t = args.seconds if t is None else max(t, args.checkpoint)
+                    base = args.seconds if base is None else max(base, args.checkpoint)
+                    times.append(t)
+                    ratios.append(t / base)
+                final = [run["curves"][m]["loss"][-1] / run["lloyd_loss"] for run in r["seeds"]]
+                cpu = [run["curves"][m]["cpu_s"] for run in r["seeds"]]
+                reached = sum(run["time_to_target_s"][m] is not None for run in r["seeds"])
+                summary[m] = {"time_to_target_s": _summary(times), "ratio": _summary(ratios),
+                              "reached": reached, "final_over_lloyd": _summary(final),
+                              "cpu_s": _summary(cpu)}
+                tt, ra = summary[m]["time_to_target_s"], summary[m]["ratio"]
+                sign = ">" if lower and m != "asgd" else ""
+                print(f"{k:>4} {setting:<10} {m:<13} "
+                      f"{tt['median']:>6.2f} ({tt['min']:.2f}-{tt['max']:.2f}) "
+                      f"{reached}/{len(r['seeds'])} reached{'':<4} "
+                      f"{sign}{ra['median']:>5.2f} ({ra['min']:.2f}-{ra['max']:.2f}) "
+                      f"geomean {ra['geomean']:.2f}{'':<3} "
+                      f"{summary[m]['final_over_lloyd']['median']:>11.3f} "
+                      f"{summary[m]['cpu_s']['median']:>6.1f}")
+            r["summary"] = summary
     html = Path(args.html) if args.html else (
         Path(args.json).with_suffix(".html") if args.json else RESULTS / "kmeans_asgd.html")
     html.parent.mkdir(parents=True, exist_ok=True)
@@ -171,13 +256,14 @@ def main(argv: list[str] | None = None) -> int:
             "date": now_iso(),
             "machine": machine("torch", "mpi4py", "mpich",
                                mpi=MPI.Get_library_version().splitlines()[0]),
+            "load_before": load_before[0], "load_after": os.getloadavg()[0],
             "quick": args.quick,
             "settings": {"ranks": args.ranks, "seconds_per_method": args.seconds,
-                         "points": args.points, "dims": 10, "batch": args.batch, "lr": args.lr},
-            "time_to_target_s": {k: r["time_to_target_s"] for k, r in results.items()},
-            "target_loss": {k: r["target_loss"] for k, r in results.items()},
-            "samples_to_target": {k: r["samples_to_target"] for k, r in results.items()},
-            "curves": {k: r["curves"] for k, r in results.items()},
+                         "points": args.points, "dims": 10, "batch": args.batch, "lr": args.lr,
+                         "send_every": args.send_every, "straggler": args.straggler,
+                         "target": f"{args.target} x Lloyd's loss from the same start",
+                         "checkpoint_s": args.checkpoint, "seeds": args.seeds},
+            "results": results,
         }
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(doc, indent=1))

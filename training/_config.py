@@ -102,7 +102,7 @@ class TrainConfig(BaseModel):
         for i, factor in enumerate(value):
             if not factor >= 1.0 or factor != factor or factor == float("inf"):
                 raise ValueError(
-                    f"slowdown[{i}] = {factor}: a factor must be a finite number >= 1 "
+                    f"rank {i}'s factor is {factor}: a factor must be a finite number >= 1 "
                     "(1 = the rank's own pace, 3 = three times slower)"
                 )
         return value

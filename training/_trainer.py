@@ -13,6 +13,7 @@ from mpi4py import MPI
 from torch import nn
 
 from spaces import genome_from_dict
+from training._claims import BatchClaims
 from training._config import TrainConfig
 from training._data import Dataset, load_dataset
 from training._genome_models import build_genome_model, model_cost
@@ -46,6 +47,8 @@ class TrainResult:
     flops: int = 0
     test_accuracy: float | None = None
     counters: dict[str, int] = field(default_factory=dict)
+    slowdown_sleep_s: float = 0.0  # seconds all ranks slept to honour [training] slowdown
+    steps_per_rank: list[int] = field(default_factory=list)  # optimizer steps each rank took
 
 
 def _sum_over_ranks(comm: MPI.Comm, values: list[float]) -> list[float]:
@@ -95,6 +98,10 @@ class Trainer:
         self.y_train = torch.from_numpy(self.data.y_train).to(self.device)
         self.first_step_time: float | None = None
         self.pace = Pace(config.slowdown, comm.rank)  # a straggler on purpose, if asked
+        # Ranks that never wait for each other claim an epoch's batches (training/_claims.py).
+        asynchronous = self.algorithm.sync_period() is None and comm.size > 1
+        self.claims = BatchClaims(comm) if asynchronous else None
+        self.steps = 0
 
     def _build_model(self) -> nn.Module:
         c = self.config
@@ -130,10 +137,14 @@ class Trainer:
 
     def _run_batch(self, batch: np.ndarray, last_in_epoch: bool) -> float:
         """One global batch: this rank takes its slice; the algorithm decides what is shared."""
-        local = torch.from_numpy(batch[self.comm.rank :: self.comm.size]).to(self.device)
+        return self._step(batch[self.comm.rank :: self.comm.size], len(batch), last_in_epoch)
+
+    def _step(self, rows: np.ndarray, global_batch: int, last_in_epoch: bool) -> float:
+        """One step of this rank on ``rows``; returns its summed loss."""
+        local = torch.from_numpy(rows).to(self.device)
         self.algorithm.zero_grad()
         divisor = self.algorithm.loss_divisor(
-            local_batch=len(local), global_batch=len(batch), epoch_size=len(self.x_train)
+            local_batch=len(local), global_batch=global_batch, epoch_size=len(self.x_train)
         )
         self.pace.start()
         if len(local):
@@ -146,6 +157,7 @@ class Trainer:
         if self.algorithm.before_step(last_in_epoch):  # sync: waits for all ranks
             self.optimizer.step()
             self.algorithm.after_step()
+            self.steps += 1
         return local_loss
 
     def _run_epoch(self, epoch: int) -> float:
@@ -155,11 +167,20 @@ class Trainer:
         order = np.random.default_rng([self.config.seed, epoch]).permutation(n)
         bs = self.config.batch_size
         loss = 0.0
-        for start in range(0, n, bs):
-            if self.first_step_time is None:
-                self.first_step_time = time.time()
-            loss += self._run_batch(order[start : start + bs], last_in_epoch=start + bs >= n)
-        (total,) = _sum_over_ranks(self.comm, [loss])
+        if self.first_step_time is None:
+            self.first_step_time = time.time()
+        if self.claims is not None:  # ranks at different speeds: a fast rank takes more
+            local = max(1, -(-bs // self.comm.size))
+            batches = -(-n // local)
+            while (i := self.claims.claim(batches)) is not None:
+                rows = order[i * local : (i + 1) * local]
+                loss += self._step(rows, local * self.comm.size, last_in_epoch=False)
+        else:
+            for start in range(0, n, bs):
+                loss += self._run_batch(order[start : start + bs], last_in_epoch=start + bs >= n)
+        (total,) = _sum_over_ranks(self.comm, [loss])  # waits for all ranks
+        if self.claims is not None:
+            self.claims.end_epoch(batches)
         return total / n
 
     @torch.no_grad()
@@ -211,7 +232,11 @@ class Trainer:
                 state, reason = "pruned", f"pruned after epoch {epoch}"
                 break
         self.algorithm.finish()
+        if self.claims is not None:
+            self.claims.close()
         train_time = time.perf_counter() - start
+        (slept,) = _sum_over_ranks(self.comm, [self.pace.slept_s])
+        steps_per_rank = [int(s) for s in self.comm.allgather(self.steps)]  # waits for all
         test_acc, _ = self.evaluate(self.data.x_test, self.data.y_test)
         last = history[-1]
         return TrainResult(
@@ -227,6 +252,8 @@ class Trainer:
             flops=self.flops,
             test_accuracy=test_acc,
             counters=self.algorithm.counters(),
+            slowdown_sleep_s=slept,
+            steps_per_rank=steps_per_rank,
         )
 
     def state_dict(self) -> dict[str, Any]:

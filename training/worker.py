@@ -48,6 +48,15 @@ def check_rank_count(comm: Any, ranks: int, launcher: Any) -> None:
     )
 
 
+def thread_level() -> str:
+    """The thread level MPI was initialised with ("single", "funneled", ...)."""
+    from mpi4py import MPI
+
+    names = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
+             MPI.THREAD_SERIALIZED: "serialized", MPI.THREAD_MULTIPLE: "multiple"}
+    return names.get(MPI.Query_thread(), str(MPI.Query_thread()))
+
+
 def train_spec(spec: Any, config: Any, comm: Any, data: Any = None) -> dict[str, Any] | None:
     """Train one trial on ``comm`` (this job, or a warm pool's); rank 0 returns the result."""
     from training._reporting import OptunaReporter
@@ -73,6 +82,7 @@ def train_spec(spec: Any, config: Any, comm: Any, data: Any = None) -> dict[str,
     out = asdict(result)
     out["ranks"] = comm.size
     out["algorithm"] = config.algorithm
+    out["mpi_thread_level"] = thread_level()
     out["finish_time"] = time.time()
     return out
 

@@ -88,3 +88,45 @@ def test_a_job_with_the_wrong_rank_count_fails_instead_of_training(warm: bool) -
     assert "Traceback" not in reason  # the message says all
     assert "history" not in result and "values" not in result  # nothing was trained or reported
     assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_mpi_runs_funneled_unless_async_progress_is_asked(warm: bool) -> None:
+    """THREAD_MULTIPLE (mpi4py's default) makes every MPI call take a lock; an MPICH
+    progress thread needs it, nothing else in a trial does."""
+    from training._warm_pool import run_warm_trial
+    from training.contract import TrainConfig, TrialSpec
+
+    levels = {}
+    for progress in (False, True):
+        config = {"dataset": "digits", "epochs": 1, "ranks": 2, "hidden": 8,
+                  "algorithm": "asgd", "mpi_async_progress": progress}
+        if warm:
+            spec = TrialSpec.from_json({"config": config, "warm": True})
+            result = run_warm_trial(spec, TrainConfig.model_validate(config))
+        else:
+            result = run_trial({"config": config})
+        assert result["state"] == "complete", result
+        levels[progress] = result["mpi_thread_level"]
+    assert levels == {False: "funneled", True: "multiple"}
+
+
+@pytest.mark.parametrize("algorithm", ["asgd", "sync"])
+def test_a_straggler_rank_sleeps_and_asynchronous_ranks_share_batches(algorithm: str) -> None:
+    """[training] slowdown = [1, 4]: rank 1 sleeps three times its compute time after each
+    step. ASGD's ranks claim batches, so the fast rank takes more of each epoch; sync's ranks
+    step together. Either way every sample is trained on once per epoch."""
+    config = {"dataset": "digits", "epochs": 2, "ranks": 2, "hidden": 256, "batch_size": 32,
+              "algorithm": algorithm}  # steps of a few ms: a hiccup of the OS cannot decide
+    even = run_trial({"config": config})
+    uneven = run_trial({"config": {**config, "slowdown": [1, 4]}})
+    assert even["state"] == uneven["state"] == "complete", (even, uneven)
+    assert even["slowdown_sleep_s"] == 0.0
+    assert uneven["slowdown_sleep_s"] > 0.0
+    fast, slow = uneven["steps_per_rank"]
+    train = 1150  # digits' training split: 1,797 x (1 - 0.2 validation) x (1 - 0.2 test)
+    if algorithm == "asgd":  # batches of 16 per rank, claimed
+        assert fast + slow == 2 * -(-train // 16), uneven["steps_per_rank"]
+        assert fast > 1.5 * slow, uneven["steps_per_rank"]
+    else:  # global batches of 32, every rank steps on each
+        assert fast == slow == 2 * -(-train // 32), uneven["steps_per_rank"]
