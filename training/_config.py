@@ -57,7 +57,9 @@ class TrainConfig(BaseModel):
     dropout: float = Field(0.0, ge=0, lt=1)
     ranks: int = Field(2, ge=1)
     algorithm: str = Field("sync", description="one of training._registry.ALGORITHMS")
-    send_every: int = Field(1, ge=1, description="asgd: steps between two state sends")
+    send_every: int = Field(
+        4, ge=1, description="asgd: steps between two state sends (why 4: README, training core)"
+    )
     local_steps: int = Field(8, ge=1, description="localsgd: steps between two averages")
     bucket_kb: int = Field(256, ge=1, description="sync: gradient bucket size")
     mpi_async_progress: bool = Field(

@@ -89,3 +89,31 @@ def test_a_larger_budget_and_another_strategy_continue_the_study_and_say_so(
     [change] = study.user_attrs["detol:study_changes"]
     assert change["before_trial"] == 2 and change["changes"] == [
         'strategy.name changed from "random" to "tpe"']
+
+
+def test_fields_that_cannot_change_a_trial_do_not_block_a_resume(tmp_path: Path) -> None:
+    """A study made by an older detol: its stored form lacks fields added since (at their
+    default they change nothing) and holds an older default of a field its algorithm never
+    reads. An ASGD study whose send_every default moved is still refused: its trials differ."""
+    from search._study import STUDY_ATTR, check_same_study
+
+    journal = str(tmp_path / "s.journal")
+    path = tmp_path / "study.toml"
+    for algorithm, refused in (("sync", False), ("asgd", True)):
+        path.write_text(f'name = "{algorithm}"\n[training]\nalgorithm = "{algorithm}"\n')
+        sf = load_study_file(path)
+        study = open_study(sf, open_storage(journal))
+        old = dict(study.user_attrs[STUDY_ATTR])
+        old["training"] = {k: v for k, v in old["training"].items() if k != "slowdown"}
+        old["training"]["send_every"] = 1  # the default before it was measured
+        study.set_user_attr(STUDY_ATTR, old)
+        if refused:
+            try:
+                check_same_study(study, sf, journal)
+            except Exception as exc:  # noqa: BLE001 - StudyError, checked by its text
+                assert "training.send_every: 1 -> 4" in str(exc)
+                assert "slowdown" not in str(exc)
+            else:
+                raise AssertionError("a changed send_every of an ASGD study was accepted")
+        else:
+            assert check_same_study(study, sf, journal) == []
