@@ -22,12 +22,12 @@ reaches the target in a seed counts as the budget there (its ratio is then a bou
 Settings: ``balanced`` (every rank at its own pace) and ``straggler`` (rank 1 computes
 ``--straggler`` times slower: ``[training] slowdown``, see ``training/_pace.py``).
 
-Methods: ``asgd`` (Keuper & Pfreundt; the first ``--send-every`` value; every further value N
-adds a method ``asgd-sN``), ``simuparallel`` (Zinkevich et al.
-2010: independent SGD, one average at the end), ``batch`` (map-reduce full-batch gradient
-descent: per-shard gradient sums, one allreduce, one step per pass; lr = K/2, which makes a step
-close to a Lloyd iteration) and ``sync`` (synchronous allreduce SGD on the global batch). CPU
-seconds (all ranks) are recorded beside wall time.
+Methods: ``asgd`` (Keuper & Pfreundt; the first ``--send-every`` value, default 4 as in
+``[training]``; every further value N adds a method ``asgd-sN``, default ``asgd-s1``),
+``simuparallel`` (Zinkevich et al. 2010: independent SGD, one average at the end), ``batch``
+(map-reduce full-batch gradient descent: per-shard gradient sums, one allreduce, one step per
+pass; lr = K/2, which makes a step close to a Lloyd iteration) and ``sync`` (synchronous
+allreduce SGD on the global batch). CPU seconds (all ranks) are recorded beside wall time.
 
 Command::
 
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--points", type=int, default=None)
     p.add_argument("--batch", type=int, default=256, help="global mini-batch")
     p.add_argument("--lr", type=float, default=0.05, help="SGD step size (all but batch)")
-    p.add_argument("--send-every", default="1",
+    p.add_argument("--send-every", default="4,1",
                    help="asgd: steps between sends; more values (1,4) add methods asgd-s4 ...")
     p.add_argument("--straggler", type=float, default=3.0, help="rank 1's slowdown factor")
     p.add_argument("--target", type=float, default=1.1, help="x Lloyd's loss")

@@ -143,4 +143,5 @@ METRICS: dict[str, str] = {
     "train_loss": "minimize",
     "n_params": "minimize",
     "flops": "minimize",
+    "train_time_s": "minimize",
 }

@@ -214,6 +214,9 @@ class Trainer:
                 "val_accuracy": val_acc,
                 "n_params": float(self.n_params),
                 "flops": float(self.flops),
+                # wall seconds of training so far, consensus evaluations included: with
+                # val_accuracy, what decides "which algorithm wins on this allocation"
+                "train_time_s": time.perf_counter() - start,
             }
             history.append(row)
             if not math.isfinite(train_loss):  # every rank sees the same summed loss

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from search import StudyError, parse_study
+from search import StudyError, load_study_file, parse_study
 
 
 def test_defaults_and_inferred_directions() -> None:
@@ -235,3 +236,11 @@ def test_load_study_file_puts_the_file_name_before_every_mistake(tmp_path) -> No
         load_study_file(path)
     assert [e.where for e in info.value.errors] == [f"{path}: budget.trails",
                                                    f"{path}: training.activation"]
+
+
+@pytest.mark.parametrize(
+    "path", sorted((Path(__file__).parents[2] / "studies").glob("*.toml")), ids=lambda p: p.stem
+)
+def test_every_shipped_study_file_is_valid(path: Path) -> None:
+    sf = load_study_file(path)
+    assert sf.name == path.stem

@@ -12,6 +12,7 @@ from training._asgd import (
     TORN,
     Slot,
     asgd_update,
+    checksum,
     parzen_gate,
     read_slot,
     slot_bytes,
@@ -53,6 +54,19 @@ def test_slot_reader_rejects_a_read_that_overlapped_a_write(tear: str) -> None:
         assert status == OLD  # nothing new is complete yet
         status, state, _ = read_slot(slot, 2)
     assert status == TORN and state is None
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 64])
+def test_checksum_sees_any_changed_word(n: int) -> None:
+    """Odd and even lengths (the sum runs over int64 pairs plus a last odd word)."""
+    rng = np.random.default_rng(n)
+    state = rng.normal(size=n).astype(np.float32)
+    base = checksum(state)
+    assert base == checksum(state.copy())  # deterministic
+    for i in range(n):
+        torn = state.copy()
+        torn[i] = np.float32(torn[i] * 2 + 1)
+        assert checksum(torn) != base, i
 
 
 def test_gate_matches_the_paper_by_hand() -> None:
