@@ -89,7 +89,7 @@ class TrainConfig(BaseModel):
     @classmethod
     def _known_algorithm(cls, value: str) -> str:
         if value not in ALGORITHMS:
-            raise ValueError(f"unknown algorithm {value!r} (known: {', '.join(ALGORITHMS)})")
+            raise ValueError(f"{value!r} is not one of: {', '.join(ALGORITHMS)}")
         return value
 
     @field_validator("dataset")

@@ -180,7 +180,7 @@ def test_every_mistake_is_reported_at_once_in_plain_words() -> None:
     got = [(e.where, e.message) for e in info.value.errors]
     assert got == [
         ("metric", "unknown metric 'accuracy' (known: val_accuracy, val_loss, train_loss, "
-                   "n_params, flops)"),
+                   "n_params, flops, train_time_s)"),
         ("budget.trails", "unknown key"),
         ("strategy.name", "unknown strategy 'evo' (known: evolution, gp, nsga2, random, "
                           "reinforce, tpe)"),
