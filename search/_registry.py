@@ -118,11 +118,23 @@ def _nsga2(
     )
     with warnings.catch_warnings():  # child_generation_strategy is marked experimental
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.samplers.NSGAIISampler(
+        return GenomeNSGAIISampler(
             population_size=options["population"],
             seed=seed,
             child_generation_strategy=children,
         )
+
+
+class GenomeNSGAIISampler(optuna.samplers.NSGAIISampler):
+    """Optuna's NSGA-II whose ``reseed_rng`` also reseeds the genome child generator."""
+
+    def __init__(self, *, child_generation_strategy: GenomeChildGeneration, **kwargs: Any) -> None:
+        super().__init__(child_generation_strategy=child_generation_strategy, **kwargs)
+        self._children = child_generation_strategy
+
+    def reseed_rng(self) -> None:
+        super().reseed_rng()
+        self._children.reseed_rng()
 
 
 STRATEGIES = {

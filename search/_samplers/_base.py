@@ -140,6 +140,31 @@ def family_of(space: spaces.Space) -> spaces.GenomeFamily | None:
     return dim if isinstance(dim, spaces.GenomeFamily) else None
 
 
+def genome_or_fresh(
+    family: spaces.GenomeFamily, params: dict[str, Any], rng: np.random.Generator
+) -> spaces.Genome:
+    """The genome in ``params``, or a random one when ``params`` hold none of this family: a
+    parent from before ``[space]`` gained its genome or changed family (define-by-run: what a
+    parent lacks is sampled)."""
+    try:
+        return family.from_params(params, prefix=GENOME)
+    except (ValueError, KeyError, TypeError, IndexError):
+        return family.sample(rng)
+
+
+def with_genome(
+    space: spaces.Space, params: dict[str, Any], rng: np.random.Generator
+) -> dict[str, Any]:
+    """``params`` whose genome parameters are a valid genome of ``space``'s family (the
+    parent's, or a fresh one when it has none); unchanged without a family."""
+    family = family_of(space)
+    if family is None:
+        return params
+    genome = genome_or_fresh(family, params, rng)
+    out = {k: v for k, v in params.items() if not k.startswith(GENOME + ".")}
+    return out | family.to_params(genome, prefix=GENOME)
+
+
 def candidate_key(space: spaces.Space, params: dict[str, Any]) -> tuple[Any, ...] | None:
     """What makes two trials the same candidate: the genome's canonical key (isomorphic cells
     are one network) and the values of the scalar dimensions that apply to it (a dimension whose
@@ -237,6 +262,9 @@ class ProposalSampler(optuna.samplers.BaseSampler):
     # -- BaseSampler -------------------------------------------------------------------------
 
     def reseed_rng(self) -> None:
+        """New proposals from here on: proposals come from the seed and the trial number (so
+        that every process agrees), and the seed is what changes."""
+        self._seed = int(np.random.SeedSequence().entropy) % 2**63  # type: ignore[arg-type]
         self._random.reseed_rng()
 
     def infer_relative_search_space(
@@ -247,6 +275,7 @@ class ProposalSampler(optuna.samplers.BaseSampler):
     def sample_relative(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
+        self._raise_error_if_multi_objective(study)  # a single-objective strategy says so
         return {}
 
     def sample_independent(
@@ -256,6 +285,7 @@ class ProposalSampler(optuna.samplers.BaseSampler):
         param_name: str,
         param_distribution: BaseDistribution,
     ) -> Any:
+        self._raise_error_if_multi_objective(study)
         tid = trial._trial_id  # noqa: SLF001
         if tid not in self._proposals:
             if len(self._proposals) > 10_000:  # trials asked but never told (crashed callers)

@@ -34,6 +34,7 @@ from search._samplers._base import (
     sign,
     to_unit,
     uniform_choice,
+    with_genome,
 )
 
 _TRIES = 50  # children tried to find one that is not a repeat
@@ -125,7 +126,11 @@ class EvolutionSampler(ProposalSampler):
     ) -> dict[str, Any]:
         picks = rng.choice(len(members), size=self._tournament, replace=False)
         best = max(picks, key=lambda i: (s * members[i].values[0], -i))
-        return dict(members[best].params)
+        # A parent from before [space] was edited: what it lacks is sampled, extras dropped.
+        return consistent(
+            self._space, with_genome(self._space, dict(members[best].params), rng),
+            self._scalars, rng,
+        )
 
     def _units(self, params: dict[str, Any]) -> list[str]:
         """What can mutate: the genome and the dimensions that apply to ``params``."""

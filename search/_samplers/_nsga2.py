@@ -20,7 +20,7 @@ from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial
 
 import spaces
-from search._samplers._base import GENOME, family_of
+from search._samplers._base import GENOME, family_of, genome_or_fresh
 from search._samplers._evolution import mutate_scalar
 
 
@@ -55,6 +55,9 @@ class GenomeChildGeneration:
         self._mutation_prob = mutation_prob
         self._rng = np.random.default_rng(seed)
 
+    def reseed_rng(self) -> None:
+        self._rng = np.random.default_rng()
+
     def _parent(self, study: Study, population: list[FrozenTrial]) -> dict[str, Any]:
         i, j = self._rng.choice(len(population), size=2, replace=len(population) < 2)
         a, b = population[i], population[j]
@@ -73,16 +76,14 @@ class GenomeChildGeneration:
         rng, family = self._rng, self._family
         child = self._parent(study, parent_population)
         units = [u for u in self._space if u == GENOME or self._space.is_active(u, child)]
-        genome = family.from_params(child, prefix=GENOME) if family is not None else None
+        genome = genome_or_fresh(family, child, rng) if family is not None else None
         if rng.random() < self._crossover_prob:
             other = self._parent(study, parent_population)
             for name in units:
                 if name != GENOME and name in other and rng.random() < 0.5:
                     child[name] = other[name]
             if family is not None and genome is not None:
-                genome = spaces.crossover(
-                    family, genome, family.from_params(other, prefix=GENOME), rng
-                )
+                genome = spaces.crossover(family, genome, genome_or_fresh(family, other, rng), rng)
         prob = self._mutation_prob if self._mutation_prob is not None else 1 / len(units)
         chosen = [u for u in units if rng.random() < prob] or [
             units[int(rng.integers(len(units)))]
