@@ -54,6 +54,7 @@ class GenomeChildGeneration:
         self._crossover_prob = crossover_prob
         self._mutation_prob = mutation_prob
         self._rng = np.random.default_rng(seed)
+        self.last_child: dict[str, Any] | None = None  # the whole child of the last call
 
     def reseed_rng(self) -> None:
         self._rng = np.random.default_rng()
@@ -96,4 +97,8 @@ class GenomeChildGeneration:
         if family is not None and genome is not None:
             child = {k: v for k, v in child.items() if not k.startswith(GENOME + ".")}
             child |= family.to_params(genome, prefix=GENOME)
+        # NSGA-II takes only its intersection search space from here; on variable-depth
+        # genomes the rest of the child (deeper layers) is served by GenomeNSGAIISampler's
+        # sample_independent from this whole child, not redrawn at random.
+        self.last_child = child
         return {k: v for k, v in child.items() if k in search_space}

@@ -136,3 +136,23 @@ def test_reseed_rng_changes_what_is_proposed(name: str) -> None:
 
     assert proposals(False) == proposals(False)  # the comparison below can fail
     assert proposals(True) != proposals(False)
+
+
+def test_nsga2_children_on_a_variable_depth_genome_are_made_not_redrawn() -> None:
+    """On the mnist1d-topology stack family, NSGA-II's own child covers only the parameters
+    every trial has; the deeper layers used to be drawn at random (63 % of a child's genome
+    decisions). Now the whole child comes from its parents' crossover and mutation."""
+    family = spaces.make_family(
+        "stack", min_conv_layers=0, max_conv_layers=3, min_dense_layers=1, max_dense_layers=2,
+        channels=[16, 32, 64], kernels=[3, 5, 7], widths=[64, 128, 256])
+    space = spaces.Space({"genome": family, "lr": spaces.Float(low=1e-4, high=1e-2, log=True)})
+    sampler = build_sampler("nsga2", {"population": 8}, 0, space, ["maximize", "minimize"])
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
+    for _ in range(48):
+        trial = study.ask()
+        genome = space.suggest(trial)["genome"]
+        size = sum(len(str(v)) for v in trial.params.values())
+        study.tell(trial, [_score(trial.params) % 13, size + len(repr(genome)) % 7])
+    made, random = sampler.decisions["child"], sampler.decisions["random"]  # type: ignore[attr-defined]
+    assert made > 100, sampler.decisions  # 40 children of several genome decisions each
+    assert random <= 0.05 * (made + random), sampler.decisions
