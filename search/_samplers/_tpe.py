@@ -6,6 +6,7 @@ of one network instead of on a new one; TPE's density ratio favours exactly the 
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -31,8 +32,9 @@ class DistinctTPESampler(TPESampler):
         super().__init__(**tpe)
         self._space = space
         self._keys: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}
-        self._seen: set[tuple[Any, ...]] | None = None  # set while one trial's sample runs
-        self._dists: dict[str, BaseDistribution] = {}
+        # What one trial's sample needs (seen keys, its distributions), per thread: a user may
+        # call optimize(n_jobs > 1) with this sampler, and two trials sample at once.
+        self._call = threading.local()
 
     def _key(self, params: dict[str, Any]) -> tuple[Any, ...] | None:
         raw = tuple(sorted((k, repr(v)) for k, v in params.items()))
@@ -54,25 +56,26 @@ class DistinctTPESampler(TPESampler):
     def _sample(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
-        self._seen, self._dists = self._seen_keys(study, trial), search_space
+        self._call.seen, self._call.dists = self._seen_keys(study, trial), search_space
         try:
             return super()._sample(study, trial, search_space)
         finally:
-            self._seen, self._dists = None, {}
+            self._call.seen, self._call.dists = None, {}
 
     def _compute_acquisition_func(self, samples: dict[str, np.ndarray], *args: Any) -> np.ndarray:
         values = super()._compute_acquisition_func(samples, *args)
-        if not self._seen or not samples:
+        seen: set[tuple[Any, ...]] | None = getattr(self._call, "seen", None)
+        dists: dict[str, BaseDistribution] = getattr(self._call, "dists", {})
+        if not seen or not samples:
             return values
         n = next(iter(samples.values())).size
-        names = [name for name in samples if name in self._dists]
+        names = [name for name in samples if name in dists]
         repeat = np.zeros(n, dtype=bool)
         for i in range(n):
             params = {
-                name: self._dists[name].to_external_repr(samples[name][i].item())
-                for name in names
+                name: dists[name].to_external_repr(samples[name][i].item()) for name in names
             }
-            repeat[i] = self._key(params) in self._seen
+            repeat[i] = self._key(params) in seen
         if repeat.all():
             return values
         return np.where(repeat, -np.inf, values)
