@@ -4,28 +4,19 @@ end on the same (averaged) weights. The exchange's arithmetic: ``test_asgd_excha
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
+from tests.mpi_helpers import run_mpi_job
 from training._registry import ALGORITHMS
-from training.launch import launcher_argv
 
 pytestmark = pytest.mark.mpi
-JOB = Path(__file__).resolve().parents[1] / "mpi_jobs" / "_algo_job.py"
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    out = tmp_path_factory.mktemp("algos") / "out.json"
-    argv = launcher_argv("mpiexec -n {ranks}", 2) + [sys.executable, str(JOB), str(out)]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=240,
-                          env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(out.read_text())
+    result: dict = run_mpi_job("_algo_job.py", tmp_path_factory.mktemp("algos") / "out.json",
+                               timeout=240)
+    return result
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

@@ -3,29 +3,19 @@ receiver's weights exactly by the paper's formula, and only when the Parzen gate
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from training.launch import launcher_argv
+from tests.mpi_helpers import run_mpi_job
 
 pytestmark = pytest.mark.mpi
-JOB = Path(__file__).resolve().parents[1] / "mpi_jobs" / "_asgd_wiring.py"
 
 
 @pytest.fixture(scope="module")
 def wiring(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    out = tmp_path_factory.mktemp("wiring") / "out.json"
-    argv = launcher_argv("mpiexec -n {ranks}", 2) + [sys.executable, str(JOB), str(out)]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(out.read_text())
+    result: dict = run_mpi_job("_asgd_wiring.py", tmp_path_factory.mktemp("wiring") / "out.json",
+                               timeout=120)
+    return result
 
 
 def _vec(r: dict, key: str) -> np.ndarray:
