@@ -142,7 +142,8 @@ class Policy:
 
 
 class ReinforceSampler(ProposalSampler):
-    """REINFORCE with a moving-average baseline and an entropy bonus (single objective).
+    """REINFORCE with a moving-average baseline and an optional entropy bonus (``entropy_weight``,
+    0 by default: none unless set); single objective.
 
     >>> import optuna, spaces
     >>> space = spaces.Space({"genome": spaces.CellFamily()})
