@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import threading
 import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial
 
 import spaces
 from search._errors import StudyError
@@ -16,6 +14,7 @@ from search._samplers import (
     DistinctTPESampler,
     EvolutionSampler,
     GenomeChildGeneration,
+    GenomeNSGAIISampler,
     ReinforceSampler,
 )
 from training.contract import build_pruner
@@ -126,68 +125,6 @@ def _nsga2(
             child_generation_strategy=children,
         )
 
-
-class GenomeNSGAIISampler(optuna.samplers.NSGAIISampler):
-    """Optuna's NSGA-II with genome children that stay whole.
-
-    NSGA-II makes a child over its intersection search space (the parameters every trial has)
-    and draws every other parameter at random. On a variable-depth genome that is most of it:
-    the deeper layers. Here the child generator's whole child is kept per trial and
-    ``sample_independent`` answers from it, so a child is its parents' crossover and mutation
-    through and through (``decisions`` counts where each genome value came from). Its
-    ``reseed_rng`` also reseeds the child generator.
-    """
-
-    def __init__(self, *, child_generation_strategy: GenomeChildGeneration, **kwargs: Any) -> None:
-        super().__init__(child_generation_strategy=child_generation_strategy, **kwargs)
-        self._children = child_generation_strategy
-        self._whole: dict[int, dict[str, Any]] = {}  # trial id -> its whole child
-        self._lock = threading.Lock()  # last_child is per call: one child made at a time
-        self.decisions = {"child": 0, "random": 0}  # genome values of children, by source
-
-    def reseed_rng(self) -> None:
-        super().reseed_rng()
-        self._children.reseed_rng()
-
-    def sample_relative(
-        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, Any]
-    ) -> dict[str, Any]:
-        with self._lock:
-            self._children.last_child = None
-            params = super().sample_relative(study, trial, search_space)
-            whole = self._children.last_child
-        if whole is not None:
-            self._whole[trial._trial_id] = whole  # noqa: SLF001
-            for name in params:
-                self._count(name, "child")
-        return params
-
-    def sample_independent(
-        self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: Any
-    ) -> Any:
-        whole = self._whole.get(trial._trial_id)  # noqa: SLF001
-        if whole is not None and param_name in whole:
-            value = whole[param_name]
-            try:
-                ok = param_distribution._contains(param_distribution.to_internal_repr(value))  # noqa: SLF001
-            except (ValueError, TypeError):
-                ok = False
-            if ok:
-                self._count(param_name, "child")
-                return value
-        if whole is not None:
-            self._count(param_name, "random")
-        return super().sample_independent(study, trial, param_name, param_distribution)
-
-    def _count(self, name: str, source: str) -> None:
-        if name.startswith("genome."):
-            self.decisions[source] += 1
-
-    def after_trial(
-        self, study: optuna.Study, trial: FrozenTrial, state: Any, values: Any
-    ) -> None:
-        self._whole.pop(trial._trial_id, None)  # noqa: SLF001
-        super().after_trial(study, trial, state, values)
 
 
 STRATEGIES = {

@@ -7,7 +7,7 @@ continues where it stopped; each is seeded per trial (same seed, same sequence).
 
 from search._samplers._base import ProposalSampler, candidate_key
 from search._samplers._evolution import EvolutionSampler
-from search._samplers._nsga2 import GenomeChildGeneration
+from search._samplers._nsga2 import GenomeChildGeneration, GenomeNSGAIISampler
 from search._samplers._reinforce import Policy, ReinforceSampler
 from search._samplers._tpe import DistinctTPESampler
 
@@ -15,6 +15,7 @@ __all__ = [
     "DistinctTPESampler",
     "EvolutionSampler",
     "GenomeChildGeneration",
+    "GenomeNSGAIISampler",
     "Policy",
     "ProposalSampler",
     "ReinforceSampler",

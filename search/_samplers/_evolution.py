@@ -101,7 +101,6 @@ class EvolutionSampler(ProposalSampler):
         return complete_in_order(study)[-self._size :]
 
     def propose(self, study: Study, trial: FrozenTrial, rng: np.random.Generator) -> dict[str, Any]:
-        self._raise_error_if_multi_objective(study)
         seen = self.seen_keys(study, exclude=trial._trial_id)  # noqa: SLF001
         members = self.population(study)
         if len(members) < self._size:

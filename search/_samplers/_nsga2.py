@@ -1,4 +1,5 @@
-"""NSGA-II's child generation with the genome operators, for ``NSGAIISampler``.
+"""NSGA-II's child generation with the genome operators, and ``GenomeNSGAIISampler``, Optuna's
+``NSGAIISampler`` that keeps those children whole.
 
 Optuna's NSGA-II keeps its own parts (generations, non-dominated sorting, crowding, elites) and
 takes the step that makes a child from the parent population as an argument
@@ -11,10 +12,12 @@ through ``spaces.mutate``. Constraints are not looked at.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import optuna
 from optuna.distributions import BaseDistribution
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial
@@ -102,3 +105,66 @@ class GenomeChildGeneration:
         # sample_independent from this whole child, not redrawn at random.
         self.last_child = child
         return {k: v for k, v in child.items() if k in search_space}
+
+
+class GenomeNSGAIISampler(optuna.samplers.NSGAIISampler):
+    """Optuna's NSGA-II with genome children that stay whole.
+
+    NSGA-II makes a child over its intersection search space (the parameters every trial has)
+    and draws every other parameter at random. On a variable-depth genome that is most of it:
+    the deeper layers. Here the child generator's whole child is kept per trial and
+    ``sample_independent`` answers from it, so a child is its parents' crossover and mutation
+    through and through (``decisions`` counts where each genome value came from). Its
+    ``reseed_rng`` also reseeds the child generator.
+    """
+
+    def __init__(self, *, child_generation_strategy: GenomeChildGeneration, **kwargs: Any) -> None:
+        super().__init__(child_generation_strategy=child_generation_strategy, **kwargs)
+        self._children = child_generation_strategy
+        self._whole: dict[int, dict[str, Any]] = {}  # trial id -> its whole child
+        self._lock = threading.Lock()  # last_child is per call: one child made at a time
+        self.decisions = {"child": 0, "random": 0}  # genome values of children, by source
+
+    def reseed_rng(self) -> None:
+        super().reseed_rng()
+        self._children.reseed_rng()
+
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, Any]
+    ) -> dict[str, Any]:
+        with self._lock:
+            self._children.last_child = None
+            params = super().sample_relative(study, trial, search_space)
+            whole = self._children.last_child
+        if whole is not None:
+            self._whole[trial._trial_id] = whole  # noqa: SLF001
+            for name in params:
+                self._count(name, "child")
+        return params
+
+    def sample_independent(
+        self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: Any
+    ) -> Any:
+        whole = self._whole.get(trial._trial_id)  # noqa: SLF001
+        if whole is not None and param_name in whole:
+            value = whole[param_name]
+            try:
+                ok = param_distribution._contains(param_distribution.to_internal_repr(value))  # noqa: SLF001
+            except (ValueError, TypeError):
+                ok = False
+            if ok:
+                self._count(param_name, "child")
+                return value
+        if whole is not None:
+            self._count(param_name, "random")
+        return super().sample_independent(study, trial, param_name, param_distribution)
+
+    def _count(self, name: str, source: str) -> None:
+        if name.startswith("genome."):
+            self.decisions[source] += 1
+
+    def after_trial(
+        self, study: optuna.Study, trial: FrozenTrial, state: Any, values: Any
+    ) -> None:
+        self._whole.pop(trial._trial_id, None)  # noqa: SLF001
+        super().after_trial(study, trial, state, values)

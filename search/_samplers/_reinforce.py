@@ -203,7 +203,6 @@ class ReinforceSampler(ProposalSampler):
         return policy
 
     def propose(self, study: Study, trial: FrozenTrial, rng: np.random.Generator) -> dict[str, Any]:
-        self._raise_error_if_multi_objective(study)
         policy = self.policy(study)
         seen = self.seen_keys(study, exclude=trial._trial_id)  # noqa: SLF001
         params: dict[str, Any] = {}
