@@ -3,53 +3,25 @@ process): --version, -h, fast help, DETOL_STORAGE, validate, delete, where files
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import optuna
 import pytest
 
-from tests.cli_helpers import search_command
+from tests.cli_helpers import run_search, write_quad_study
 from training.contract import open_storage
-
-
-def _search(*args: str, cwd: Path, env: dict[str, str] | None = None,
-            stdin: str | None = None) -> tuple[int, str, str]:
-    inherited = {k: v for k, v in os.environ.items() if k != "DETOL_STORAGE"}
-    full_env = {**inherited, **(env or {})}
-    proc = subprocess.run([*search_command(), *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=180, env=full_env, input=stdin)
-    return proc.returncode, proc.stdout, proc.stderr
-
-
-STUDY = textwrap.dedent("""\
-    name = "quad"
-    objective = "quad:objective"
-    metric = "loss"
-    direction = "minimize"
-    pruner = "none"
-    [strategy]
-    name = "random"
-    seed = 1
-    [budget]
-    trials = 2
-    [space]
-    x = { type = "float", low = 0, high = 1 }
-    """)
 
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """A directory with quad.py and study.toml, and a storage in data/ holding 2 trials."""
     home = tmp_path_factory.mktemp("cli")
-    (home / "quad.py").write_text("def objective(params):\n    return (params['x'] - .3) ** 2\n")
-    (home / "study.toml").write_text(STUDY)
+    write_quad_study(home)
     (home / "data").mkdir()
     journal = str(home / "data" / "s.journal")
-    code, out, err = _search("run", "study.toml", "--storage", journal, "--no-progress",
+    code, out, err = run_search("run", "study.toml", "--storage", journal, "--no-progress",
                              cwd=home)
     assert code == 0, out + err
     return home, journal
@@ -58,10 +30,10 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 def test_version_and_short_help(tmp_path: Path) -> None:
     from importlib.metadata import version
 
-    assert _search("--version", cwd=tmp_path)[:2] == (0, f"detol {version('detol')}\n")
-    code, out, _ = _search("run", "-h", cwd=tmp_path)
+    assert run_search("--version", cwd=tmp_path)[:2] == (0, f"detol {version('detol')}\n")
+    code, out, _ = run_search("run", "-h", cwd=tmp_path)
     assert code == 0 and "Usage: search run [OPTIONS] {STUDY_FILE}" in out  # typer braces required
-    code, out, _ = _search("best", "-h", cwd=tmp_path)
+    code, out, _ = run_search("best", "-h", cwd=tmp_path)
     assert code == 0 and "--number" in out  # every short option has its long form
 
 
@@ -75,7 +47,7 @@ def test_help_loads_neither_optuna_nor_dask() -> None:
 
 def test_detol_storage_is_the_default_storage(made: tuple[Path, str], tmp_path: Path) -> None:
     _, journal = made
-    code, out, err = _search("status", "quad", cwd=tmp_path, env={"DETOL_STORAGE": journal})
+    code, out, err = run_search("status", "quad", cwd=tmp_path, env={"DETOL_STORAGE": journal})
     assert code == 0, err
     assert "complete" in out and journal in out
     assert not (tmp_path / "detol.journal").exists()
@@ -85,19 +57,19 @@ def test_validate_checks_everything_and_writes_nothing(made: tuple[Path, str],
                                                       tmp_path: Path) -> None:
     home, journal = made
     fresh = str(tmp_path / "new.journal")
-    code, out, err = _search("validate", str(home / "study.toml"), "--storage", fresh, cwd=home)
+    code, out, err = run_search("validate", str(home / "study.toml"), "--storage", fresh, cwd=home)
     assert code == 0, out + err
     assert out.strip() == (f"ok: quad: creates study 'quad' in {fresh}; calls of quad:objective "
                            "on Dask workers; cluster local")
     assert not Path(fresh).exists()
-    code, out, err = _search("validate", str(home / "study.toml"), "--storage", journal,
+    code, out, err = run_search("validate", str(home / "study.toml"), "--storage", journal,
                              "--trials", "5", cwd=home)
     assert code == 0, out + err
     assert f"resumes study 'quad' in {journal} (2 of 5 trials finished)" in out
     # A launcher that is not there is found without running anything.
     bad = tmp_path / "bad.toml"
     bad.write_text('name = "b"\n[training]\nranks = 1\n[launcher]\ncommand = "nompi -n {ranks}"\n')
-    code, out, err = _search("validate", str(bad), "--storage", fresh, cwd=tmp_path)
+    code, out, err = run_search("validate", str(bad), "--storage", fresh, cwd=tmp_path)
     assert code == 2 and err.startswith("error: launcher.command: launcher program 'nompi'")
     assert not Path(fresh).exists()
 
@@ -105,9 +77,9 @@ def test_validate_checks_everything_and_writes_nothing(made: tuple[Path, str],
 def test_report_and_export_go_beside_the_storage_not_into_the_working_directory(
         made: tuple[Path, str], tmp_path: Path) -> None:
     _, journal = made
-    code, out, err = _search("report", "quad", "--storage", journal, cwd=tmp_path)
+    code, out, err = run_search("report", "quad", "--storage", journal, cwd=tmp_path)
     assert code == 0, out + err
-    code, out, err = _search("export", "quad", "--storage", journal, cwd=tmp_path)
+    code, out, err = run_search("export", "quad", "--storage", journal, cwd=tmp_path)
     assert code == 0, out + err
     data = Path(journal).parent
     assert (data / "quad-report.html").is_file() and (data / "quad.csv").is_file()
@@ -118,13 +90,13 @@ def test_delete_asks_first_and_refuses_without_a_terminal(made: tuple[Path, str]
                                                           tmp_path: Path) -> None:
     home, _ = made
     journal = str(tmp_path / "d.journal")
-    assert _search("run", "study.toml", "--storage", journal, "--no-progress", cwd=home)[0] == 0
-    code, out, err = _search("delete", "quad", "--storage", journal, cwd=tmp_path, stdin="")
+    assert run_search("run", "study.toml", "--storage", journal, "--no-progress", cwd=home)[0] == 0
+    code, out, err = run_search("delete", "quad", "--storage", journal, cwd=tmp_path, stdin="")
     assert code == 2
     assert err.strip() == ("error: yes: deleting study 'quad' needs a terminal to confirm, "
                            "or --yes")
     assert optuna.get_all_study_names(open_storage(journal)) == ["quad"]
-    code, out, err = _search("delete", "quad", "--storage", journal, "--yes", cwd=tmp_path)
+    code, out, err = run_search("delete", "quad", "--storage", journal, "--yes", cwd=tmp_path)
     assert code == 0, err
     assert out.strip() == f"deleted study quad (2 trials) from {journal}"
     assert optuna.get_all_study_names(open_storage(journal)) == []
