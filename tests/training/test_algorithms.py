@@ -43,11 +43,15 @@ def test_asgd_blends_states_that_keep_its_ranks_together(results: dict) -> None:
     c = asgd["counters"]
     assert c["accepted"] > 0 and c["rejected"] > 0, c  # the gate decides, both ways
     assert asgd["spread"] < 0.8 * alone["spread"], (asgd["spread"], alone["spread"])
-    for task in ("mlp", "kmeans"):
-        c = results[task]["asgd"]["counters"]
-        # sent counts Puts, received counts reads of a new sequence number: a slot written
-        # twice before its owner read it is received once, never more than it was sent.
-        assert 0 < c["received"] <= c["sent"], c
+    # The counters are rank 0's: sent = its Puts to rank 1, received = its reads of a new
+    # state from rank 1. A slot written twice before it was read is received once, so rank 0
+    # receives at most what rank 1 sent; with the same steps on both ranks (K-means, a step
+    # budget) that is what rank 0 sent. In the trainer ASGD's ranks claim batches and may take
+    # different step counts, so there both counts are only known to be positive.
+    kmeans = results["kmeans"]["asgd"]["counters"]
+    assert 0 < kmeans["received"] <= kmeans["sent"], kmeans
+    mlp = results["mlp"]["asgd"]["counters"]
+    assert mlp["sent"] > 0 and mlp["received"] > 0, mlp
 
 
 def test_sync_overlaps_communication_with_backward(results: dict) -> None:
