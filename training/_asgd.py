@@ -41,6 +41,8 @@ was seen at ~700 us instead of ~6 us on a loaded machine. ``mpi_async_progress``
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from mpi4py import MPI
@@ -282,3 +284,13 @@ class ASGD(Algorithm):
 
     def counters(self) -> dict[str, int]:
         return dict(self.stats)
+
+    def state_dict(self) -> dict[str, Any]:
+        # The window's slots are not saved: a resumed job starts with empty slots and fresh
+        # sequence numbers (a state in flight at the checkpoint is simply not received).
+        return {"steps": self.steps, "stats": dict(self.stats), "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.steps = int(state["steps"])
+        self.stats.update({k: int(v) for k, v in state["stats"].items()})
+        self.rng.bit_generator.state = state["rng"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from mpi4py import MPI
@@ -46,6 +48,12 @@ class LocalSGD(Algorithm):
 
     def counters(self) -> dict[str, int]:
         return {"averages": self.averages + 1}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"steps": self.steps, "averages": self.averages}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.steps, self.averages = int(state["steps"]), int(state["averages"])
 
 
 class BatchGD(Algorithm):
@@ -92,3 +100,9 @@ class BatchGD(Algorithm):
 
     def counters(self) -> dict[str, int]:
         return {"steps": self.steps}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"steps": self.steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.steps = int(state["steps"])

@@ -103,3 +103,10 @@ class Algorithm:
 
     def counters(self) -> dict[str, int]:
         return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's own state beyond the model and optimizer (for checkpoints)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned (on the same rank of a job of the same size)."""

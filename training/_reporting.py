@@ -1,27 +1,37 @@
-"""Rank 0's link to the Optuna trial: per-epoch reports and the pruner's decision."""
+"""Rank 0's link to the Optuna trial: per-epoch reports and the pruner's decision.
+
+A decision is a value (house style): ``CONTINUE``, ``PAUSE`` (a promoting pruner stops the trial
+at a rung; it may be resumed from its checkpoint when promoted) or ``STOP`` (pruned for good).
+"""
 
 from __future__ import annotations
 
 import importlib
 import warnings
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Any, Literal, Protocol
 
 import optuna
 
 from training._storage import RETRY_SECONDS, open_storage
 
+Decision = Literal["continue", "pause", "stop"]
+CONTINUE: Decision = "continue"
+PAUSE: Decision = "pause"
+STOP: Decision = "stop"
+
 
 class Reporter(Protocol):
-    def report(self, epoch: int, value: float) -> bool:
-        """Record ``value`` for ``epoch``; return True when the trial should stop (pruned)."""
+    def decide(self, epoch: int, row: Mapping[str, float]) -> Decision:
+        """Record ``row`` (the epoch's metrics) for ``epoch``; say whether to go on."""
         ...
 
 
 class NullReporter:
     """Standalone training (no study): never prunes."""
 
-    def report(self, epoch: int, value: float) -> bool:
-        return False
+    def decide(self, epoch: int, row: Mapping[str, float]) -> Decision:
+        return CONTINUE
 
 
 def build_pruner(spec: dict[str, Any] | None) -> optuna.pruners.BasePruner:
@@ -44,19 +54,41 @@ def build_pruner(spec: dict[str, Any] | None) -> optuna.pruners.BasePruner:
 
 
 class OptunaReporter:
-    """Reports to the running trial ``trial_id`` of ``study_name`` in the storage at ``url``."""
+    """Reports to the running trial ``trial_id`` of ``study_name`` in the storage at ``url``.
+
+    ``objectives[0]`` is reported each epoch (Optuna's intermediate value, what its pruners
+    read). A pruner with ``pauses = True`` (search._promotion) pauses rather than stops.
+    """
 
     def __init__(
-        self, *, study_name: str, storage_url: str, trial_id: int, pruner: dict[str, Any] | None
+        self,
+        *,
+        study_name: str,
+        storage_url: str,
+        trial_id: int,
+        pruner: dict[str, Any] | None,
+        objectives: list[str] | None = None,
+        reports: bool = True,
     ) -> None:
-        study = optuna.load_study(
+        self.pruner = build_pruner(pruner)
+        self.study = optuna.load_study(
             study_name=study_name,
             storage=open_storage(storage_url, retry_seconds=RETRY_SECONDS),
             sampler=optuna.samplers.RandomSampler(),
-            pruner=build_pruner(pruner),
+            pruner=self.pruner,
         )
-        self._trial = optuna.Trial(study, trial_id)
+        self.trial = optuna.Trial(self.study, trial_id)
+        self.objectives = objectives or ["val_accuracy"]
+        self.reports = reports  # False: a multi-objective study (Optuna refuses trial.report)
+
+    def decide(self, epoch: int, row: Mapping[str, float]) -> Decision:
+        if not self.reports:
+            return CONTINUE
+        self.trial.report(float(row[self.objectives[0]]), step=epoch)
+        if not self.trial.should_prune():
+            return CONTINUE
+        return PAUSE if getattr(self.pruner, "pauses", False) else STOP
 
     def report(self, epoch: int, value: float) -> bool:
-        self._trial.report(value, step=epoch)
-        return self._trial.should_prune()
+        """One number for ``epoch`` (function objectives); True when the trial should end."""
+        return self.decide(epoch, {self.objectives[0]: value}) != CONTINUE

@@ -25,6 +25,8 @@ class TrialSpec:
     weights_path: str | None = None
     ask_time: float | None = None
     warm: bool = False  # run on a warm pool of ranks (training._warm_pool) instead of a fresh job
+    checkpoints: dict[str, Any] | None = None  # training._checkpoint.CheckpointPlan as JSON
+    resume_from: str | None = None  # artifact id of the checkpoint this trial continues from
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -13,6 +13,7 @@ from mpi4py import MPI
 from torch import nn
 
 from spaces import genome_from_dict
+from training._checkpoint import Checkpointer
 from training._claims import BatchClaims
 from training._config import TrainConfig
 from training._data import Dataset, load_dataset
@@ -20,7 +21,7 @@ from training._genome_models import build_genome_model, model_cost
 from training._models import build_mlp
 from training._pace import Pace
 from training._registry import make_algorithm
-from training._reporting import NullReporter, Reporter
+from training._reporting import PAUSE, STOP, NullReporter, Reporter
 
 
 def pick_device(comm: MPI.Comm) -> torch.device:
@@ -35,7 +36,7 @@ def pick_device(comm: MPI.Comm) -> torch.device:
 
 @dataclass
 class TrainResult:
-    state: str  # "complete" | "pruned" | "failed"
+    state: str  # "complete" | "pruned" | "paused" | "failed"
     exit_reason: str
     values: dict[str, float]
     epochs_run: int
@@ -49,6 +50,10 @@ class TrainResult:
     counters: dict[str, int] = field(default_factory=dict)
     slowdown_sleep_s: float = 0.0  # seconds all ranks slept to honour [training] slowdown
     steps_per_rank: list[int] = field(default_factory=list)  # optimizer steps each rank took
+    start_epoch: int = 1  # > 1: resumed from a checkpoint of epoch start_epoch - 1
+    checkpoint: dict[str, Any] | None = None  # the newest one this run wrote: {"id", "epoch"}
+    checkpoint_s: float = 0.0  # wall seconds rank 0 spent writing checkpoints
+    checkpoint_bytes: int = 0
 
 
 def _sum_over_ranks(comm: MPI.Comm, values: list[float]) -> list[float]:
@@ -69,11 +74,15 @@ class Trainer:
         reporter: Reporter | None = None,
         objective: str = "val_accuracy",
         data: Dataset | None = None,
+        checkpointer: Checkpointer | None = None,
+        resume_from: str | None = None,
     ) -> None:
         self.config = config
         self.comm = comm
         self.reporter = reporter if reporter is not None else NullReporter()
         self.objective = objective
+        self.checkpointer = checkpointer
+        self.resume_from = resume_from
         self.device = pick_device(comm)
         torch.set_num_threads(config.threads_per_rank)
         self.data = data if data is not None else load_dataset(config.dataset, config.val_fraction)
@@ -197,14 +206,55 @@ class Trainer:
         c, s, k = _sum_over_ranks(self.comm, [correct, loss, float(len(xs))])
         return c / k, s / k
 
+    def checkpoint_state(self) -> dict[str, Any]:
+        """This rank's part of a checkpoint: everything its next epoch depends on."""
+        return {
+            "model": self.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "algorithm": self.algorithm.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "steps": self.steps,
+            "slept_s": self.pace.slept_s,
+        }
+
+    def load_checkpoint_state(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])  # copies in place: ASGD's flat views hold
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.algorithm.load_state_dict(state["algorithm"])
+        torch.set_rng_state(state["torch_rng"])
+        self.steps = int(state["steps"])
+        self.pace.slept_s = float(state["slept_s"])
+
+    def _resume(self) -> tuple[int, list[dict[str, float]], float]:
+        """(first epoch to run, the curve so far, training seconds already spent)."""
+        if self.resume_from is None:
+            return 1, [], 0.0
+        if self.checkpointer is None:
+            raise ValueError("resume_from needs a checkpointer to read the checkpoint")
+        header, mine = self.checkpointer.load(self.resume_from, self._identity())
+        self.load_checkpoint_state(mine)
+        return int(header["epoch"]) + 1, list(header["history"]), float(header["train_time_s"])
+
+    def _identity(self) -> dict[str, Any]:
+        return self.config.model_dump()
+
+    def _save(self, epoch: int, history: list[dict[str, float]], spent: float) -> str | None:
+        assert self.checkpointer is not None
+        header = {"epoch": epoch, "ranks": self.comm.size, "config": self._identity(),
+                  "history": history, "train_time_s": spent}
+        return self.checkpointer.save(header, self.checkpoint_state())  # waits for all ranks
+
     def train(self) -> TrainResult:
-        history: list[dict[str, float]] = []
-        start = time.perf_counter()
+        first, history, spent = self._resume()
+        segment_start = time.perf_counter()
+        start = segment_start - spent  # the curve's train_time_s counts earlier segments too
         state, reason = "complete", "completed all epochs"
         epochs_run = 0
-        for epoch in range(1, self.config.epochs + 1):
+        last_checkpoint: dict[str, Any] | None = None
+        plan = self.checkpointer.plan if self.checkpointer is not None else None
+        for epoch in range(first, self.config.epochs + 1):
             train_loss = self._run_epoch(epoch)
-            epochs_run = epoch
+            epochs_run += 1
             with self.algorithm.consensus():  # waits for all ranks (except sync)
                 val_acc, val_loss = self.evaluate(self.data.x_val, self.data.y_val)
             row = {
@@ -225,19 +275,31 @@ class Trainer:
                     f"diverged: training loss is {train_loss} at epoch {epoch}",
                 )
                 break
-            stop = False
+            decision = None
             if self.comm.rank == 0:
-                stop = self.reporter.report(epoch, row[self.objective])
-            stop = self.comm.bcast(stop, root=0)  # waits for rank 0's pruning decision
+                decision = self.reporter.decide(epoch, row)
+            decision = self.comm.bcast(decision, root=0)  # waits for rank 0's pruning decision
             # After the last epoch there is nothing left to save: the trial completes (its
             # value reported, so the pruner still learns from it) rather than being discarded.
-            if stop and epoch < self.config.epochs:
+            if epoch == self.config.epochs:
+                break
+            if decision == STOP:
                 state, reason = "pruned", f"pruned after epoch {epoch}"
+                break
+            pause = decision == PAUSE and self.checkpointer is not None
+            if plan is not None and (pause or plan.due(epoch)):
+                spent = time.perf_counter() - start
+                artifact = self._save(epoch, history, spent)  # waits for all ranks
+                last_checkpoint = {"id": artifact, "epoch": epoch}
+            if decision == PAUSE:
+                # Without a checkpointer a pause cannot be resumed: it is a stop.
+                state = "paused" if pause else "pruned"
+                reason = f"{state} after epoch {epoch}"
                 break
         self.algorithm.finish()
         if self.claims is not None:
             self.claims.close()
-        train_time = time.perf_counter() - start
+        train_time = time.perf_counter() - segment_start  # this run's own seconds
         (slept,) = _sum_over_ranks(self.comm, [self.pace.slept_s])
         steps_per_rank = [int(s) for s in self.comm.allgather(self.steps)]  # waits for all
         test_acc, _ = self.evaluate(self.data.x_test, self.data.y_test)
@@ -257,6 +319,10 @@ class Trainer:
             counters=self.algorithm.counters(),
             slowdown_sleep_s=slept,
             steps_per_rank=steps_per_rank,
+            start_epoch=first,
+            checkpoint=last_checkpoint if self.comm.rank == 0 else None,
+            checkpoint_s=self.checkpointer.seconds if self.checkpointer is not None else 0.0,
+            checkpoint_bytes=self.checkpointer.bytes if self.checkpointer is not None else 0,
         )
 
     def state_dict(self) -> dict[str, Any]:

@@ -64,14 +64,24 @@ def train_spec(spec: Any, config: Any, comm: Any, data: Any = None) -> dict[str,
 
     check_rank_count(comm, config.ranks, spec.launcher)
     reporter = None
-    if comm.rank == 0 and spec.report and spec.storage_url and spec.trial_id is not None:
+    if comm.rank == 0 and spec.storage_url and spec.trial_id is not None:
         reporter = OptunaReporter(
             study_name=spec.study_name,
             storage_url=spec.storage_url,
             trial_id=spec.trial_id,
             pruner=spec.pruner,
+            objectives=list(spec.objectives),
+            reports=spec.report,
         )
-    trainer = Trainer(config, comm, reporter=reporter, objective=spec.objectives[0], data=data)
+    trainer = Trainer(
+        config,
+        comm,
+        reporter=reporter,
+        objective=spec.objectives[0],
+        data=data,
+        checkpointer=make_checkpointer(spec, comm, reporter),
+        resume_from=spec.resume_from,
+    )
     result = trainer.train()
     if comm.rank != 0:
         return None
@@ -85,6 +95,41 @@ def train_spec(spec: Any, config: Any, comm: Any, data: Any = None) -> dict[str,
     out["mpi_thread_level"] = thread_level()
     out["finish_time"] = time.time()
     return out
+
+
+def make_checkpointer(spec: Any, comm: Any, reporter: Any) -> Any:
+    """The trial's checkpointer (None when the study keeps no checkpoints); rank 0's writes to
+    the study's artifact store, linked to the trial ``reporter`` reports to."""
+    from training._checkpoint import Checkpointer, CheckpointPlan
+
+    plan = CheckpointPlan.from_json(spec.checkpoints)
+    if plan is None:
+        if spec.resume_from:
+            raise ValueError("resume_from is set but the trial has no checkpoint store")
+        return None
+    if comm.rank != 0:
+        return Checkpointer(plan, comm)
+    from optuna.artifacts import download_artifact, upload_artifact
+
+    from training._checkpoint import CHECKPOINT_ATTR, artifact_store
+
+    store = artifact_store(plan.store)
+
+    def upload(path: str, epoch: int) -> str:
+        if reporter is None:
+            raise RuntimeError("checkpoints need the trial's storage (storage_url, trial_id)")
+        artifact_id = upload_artifact(
+            artifact_store=store, file_path=path, study_or_trial=reporter.trial
+        )
+        reporter.trial.set_user_attr(
+            CHECKPOINT_ATTR, {"id": artifact_id, "epoch": epoch, "store": plan.store}
+        )
+        return str(artifact_id)
+
+    def download(artifact_id: str, path: str) -> None:
+        download_artifact(artifact_store=store, file_path=path, artifact_id=artifact_id)
+
+    return Checkpointer(plan, comm, upload=upload, download=download, remove=store.remove)
 
 
 def run(spec_data: dict[str, Any]) -> int:

@@ -1,0 +1,164 @@
+"""Successive halving and Hyperband in their promotion form (Li et al. 2020, "A System for
+Massively Parallel Hyperparameter Tuning": asynchronous successive halving, ASHA).
+
+Optuna's ``SuccessiveHalvingPruner`` can only stop a trial: one cut at a low rung never comes
+back, however good it would have been. Here a trial that reaches a rung and is not in the top
+``1/eta`` of the configurations that reached that rung *pauses*: it is told PRUNED (what plain
+Optuna, the dashboard and notebooks read: it stopped there) with its checkpoint kept and
+``detol:paused_at`` = the epoch. Whenever a worker is free, the driver first looks for a paused
+configuration that is now in the top ``1/eta`` of its rung (more trials have arrived since),
+highest rung first, best first, and *promotes* it: a new trial with the same parameters,
+``detol:resume_of`` = the paused trial's number, which continues from the checkpoint. Only when
+nothing is promotable does a new configuration start.
+
+A chain of trials (a configuration, its promoted continuations, re-runs after a lost worker)
+is one *lineage*, named by its first trial's number (``detol:lineage``). A continuation begins
+with its parent's intermediate values, so its learning curve is whole; at a rung each lineage
+counts once. Optuna's storage is the only record: rungs, paused trials and promotions are all
+read back from it, so a driver that crashed resumes with the same rungs.
+
+Hyperband (``brackets`` > 1) runs that many ASHA brackets side by side, bracket ``s`` with its
+first rung at ``min_resource * eta**s``; configuration ``n`` (its lineage) belongs to bracket
+``n % brackets`` and competes only within it (Li et al.'s asynchronous Hyperband).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import optuna
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial, TrialState
+
+PAUSED_ATTR = "detol:paused_at"  # the epoch at which a (PRUNED) trial paused
+RESUME_OF_ATTR = "detol:resume_of"  # the number of the paused trial this one continues
+LINEAGE_ATTR = "detol:lineage"  # the number of the lineage's first trial
+# A trial's value at a rung counts while the trial is in one of these states (a failed trial's
+# values do not: its configuration did not finish the rung's work honestly).
+COUNTED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+
+
+def lineage(trial: FrozenTrial) -> int:
+    return int(trial.user_attrs.get(LINEAGE_ATTR, trial.number))
+
+
+def is_segment(trial: FrozenTrial) -> bool:
+    """A promoted continuation (not a configuration of its own for the budget)."""
+    return RESUME_OF_ATTR in trial.user_attrs
+
+
+class PromotingHalving(optuna.pruners.BasePruner):
+    """Pause-and-promote successive halving (``brackets`` = 1) or Hyperband (more).
+
+    ``prune`` answers True when the trial should *pause* at this epoch (``pauses`` tells the
+    reporter so); ``promotable`` lists the paused trials to resume now.
+    """
+
+    pauses = True
+
+    def __init__(
+        self,
+        min_resource: int = 1,
+        reduction_factor: int = 3,
+        min_early_stopping_rate: int = 0,
+        brackets: int = 1,
+        max_resource: int | None = None,
+    ) -> None:
+        if min_resource < 1 or reduction_factor < 2 or min_early_stopping_rate < 0:
+            raise ValueError(
+                "min_resource >= 1, reduction_factor >= 2, min_early_stopping_rate >= 0 needed"
+            )
+        self.min_resource = min_resource
+        self.eta = reduction_factor
+        self.rate = min_early_stopping_rate
+        self.brackets = max(1, brackets)
+        self.max_resource = max_resource
+
+    # --- rungs --------------------------------------------------------------------------
+    def bracket(self, lineage_number: int) -> int:
+        return lineage_number % self.brackets
+
+    def rung_epochs(self, bracket: int, until: int) -> list[int]:
+        """The rung epochs of ``bracket`` below ``until`` (a trial at ``until`` completes)."""
+        out, k = [], 0
+        while (epoch := self.min_resource * self.eta ** (self.rate + bracket + k)) < until:
+            out.append(epoch)
+            k += 1
+        return out
+
+    def _is_rung(self, bracket: int, epoch: int) -> bool:
+        return epoch in self.rung_epochs(bracket, epoch + 1)
+
+    def _rung_values(
+        self, trials: Sequence[FrozenTrial], epoch: int, bracket: int
+    ) -> dict[int, float]:
+        """lineage -> its value at ``epoch``, over the lineages of ``bracket``."""
+        values: dict[int, float] = {}
+        for t in trials:
+            if t.state not in COUNTED or epoch not in t.intermediate_values:
+                continue
+            n = lineage(t)
+            if self.bracket(n) == bracket:
+                value = t.intermediate_values[epoch]
+                if math.isfinite(value):
+                    values.setdefault(n, value)
+        return values
+
+    def _top(self, values: dict[int, float], direction: StudyDirection) -> set[int]:
+        """The lineages in the top ``floor(n / eta)`` (none while fewer than eta reached it)."""
+        k = len(values) // self.eta
+        best_first = sorted(
+            values, key=lambda n: values[n], reverse=direction == StudyDirection.MAXIMIZE
+        )
+        return set(best_first[:k])
+
+    # --- the two questions ----------------------------------------------------------------
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        """True: pause ``trial`` now (it reached a rung and is not promotable)."""
+        epoch = trial.last_step
+        if epoch is None:
+            return False
+        n = lineage(trial)
+        bracket = self.bracket(n)
+        if not self._is_rung(bracket, epoch):
+            return False
+        if self.max_resource is not None and epoch >= self.max_resource:
+            return False
+        trials = study.get_trials(deepcopy=False)
+        values = self._rung_values(trials, epoch, bracket)
+        values[n] = trial.intermediate_values[epoch]  # this very report, however it is stored
+        return n not in self._top(values, study.direction)
+
+    def promotable(self, study: optuna.Study) -> list[FrozenTrial]:
+        """Paused trials whose configuration is now in its rung's top ``1/eta`` and not yet
+        promoted: highest rung first, then best first."""
+        trials = study.get_trials(deepcopy=False)
+        continued = {
+            int(t.user_attrs[RESUME_OF_ATTR]) for t in trials if RESUME_OF_ATTR in t.user_attrs
+        }
+        out: list[tuple[int, float, FrozenTrial]] = []
+        tops: dict[tuple[int, int], set[int]] = {}
+        sign = -1.0 if study.direction == StudyDirection.MAXIMIZE else 1.0
+        for t in trials:
+            if t.state != TrialState.PRUNED or PAUSED_ATTR not in t.user_attrs:
+                continue
+            if t.number in continued:
+                continue
+            epoch = int(t.user_attrs[PAUSED_ATTR])
+            n = lineage(t)
+            key = (epoch, self.bracket(n))
+            if key not in tops:
+                tops[key] = self._top(
+                    self._rung_values(trials, epoch, key[1]), study.direction
+                )
+            if n in tops[key]:
+                out.append((-epoch, sign * t.intermediate_values[epoch], t))
+        out.sort(key=lambda item: (item[0], item[1], item[2].number))
+        return [t for _, _, t in out]
+
+
+def hyperband_brackets(min_resource: int, max_resource: int, reduction_factor: int) -> int:
+    """Li et al.'s bracket count: one per rung a configuration can start at."""
+    ratio = max(1, max_resource // max(1, min_resource))
+    return int(math.floor(math.log(ratio, reduction_factor) + 1e-9)) + 1

@@ -1,0 +1,161 @@
+"""Checkpoints: a trial's whole training state at the end of an epoch, in an Optuna artifact store.
+
+Rank 0 writes, every rank restores. One file holds every rank's part (model, optimizer, the
+algorithm's own state, torch's random state, steps taken), because the ranks of ASGD and local
+SGD hold different weights between averages: a checkpoint written by P ranks restores on P ranks
+only, and a job of another size is refused before it trains. Beside them: the epoch, the
+learning curve so far, the training seconds spent, and the configuration, which must match the
+resuming trial's (all but ``epochs``).
+
+The file is uploaded with ``optuna.artifacts.upload_artifact`` to the trial that wrote it, so
+optuna-dashboard lists it and a notebook finds it; the trial's user attribute
+``detol:checkpoint`` names the newest one (``{"id", "epoch", "store"}``). Older ones beyond
+``keep`` are removed from the store (their entries stay in the trial's artifact list).
+
+What decides *when* (every N epochs, on a pause) is the trainer's and the driver's business;
+this module knows *how*.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from mpi4py import MPI
+
+CHECKPOINT_ATTR = "detol:checkpoint"
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class CheckpointPlan:
+    """Where checkpoints go and how often: from the study file's ``[checkpoints]`` table."""
+
+    store: str  # a directory, s3://bucket[/prefix] or gs://bucket[/prefix]
+    every: int = 0  # epochs between two checkpoints; 0: only when the trial pauses
+    keep: int = 2  # newest checkpoints kept per trial
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> CheckpointPlan | None:
+        return cls(**data) if data else None
+
+    def due(self, epoch: int) -> bool:
+        return self.every > 0 and epoch % self.every == 0
+
+
+def artifact_store(url: str) -> Any:
+    """An Optuna artifact store for ``url``: a directory (created), ``s3://`` or ``gs://``."""
+    from optuna import artifacts
+
+    scheme, _, rest = url.partition("://")
+    if scheme == "s3" and rest:
+        bucket = rest.split("/", 1)[0]
+        return artifacts.Boto3ArtifactStore(bucket)
+    if scheme == "gs" and rest:
+        bucket = rest.split("/", 1)[0]
+        return artifacts.GCSArtifactStore(bucket)
+    if rest and scheme != "file":
+        raise ValueError(
+            f"checkpoints.store {url!r}: expected a directory, s3://BUCKET or gs://BUCKET"
+        )
+    path = rest if scheme == "file" else url
+    os.makedirs(path, exist_ok=True)
+    return artifacts.FileSystemArtifactStore(path)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint cannot be read or does not fit the trial that wants to resume from it."""
+
+
+class CheckpointMismatch(CheckpointError):
+    """The checkpoint was written by another configuration or another number of ranks."""
+
+
+def check_compatible(saved: dict[str, Any], config: dict[str, Any], ranks: int) -> None:
+    """CheckpointMismatch unless ``saved`` (a checkpoint's header) can resume ``config``."""
+    if saved.get("format") != FORMAT:
+        raise CheckpointMismatch(
+            f"checkpoint format {saved.get('format')!r}, this version reads {FORMAT}"
+        )
+    if saved["ranks"] != ranks:
+        raise CheckpointMismatch(
+            f"the checkpoint was written by {saved['ranks']} ranks; this job has {ranks} "
+            "(each rank's state is restored on the same rank)"
+        )
+    theirs, ours = saved["config"], config
+    differ = sorted(k for k in set(theirs) | set(ours) if k != "epochs"
+                    and theirs.get(k) != ours.get(k))
+    if differ:
+        what = ", ".join(f"{k}: {theirs.get(k)!r} != {ours.get(k)!r}" for k in differ[:4])
+        raise CheckpointMismatch(f"the checkpoint was written by another configuration ({what})")
+
+
+class Checkpointer:
+    """Saves and restores a trainer's state on ``comm``. ``upload`` (rank 0 only) stores a file
+    and returns its artifact id; ``remove`` deletes an artifact; ``download`` fetches one."""
+
+    def __init__(
+        self,
+        plan: CheckpointPlan,
+        comm: MPI.Comm,
+        *,
+        upload: Callable[[str, int], str] | None = None,
+        download: Callable[[str, str], None] | None = None,
+        remove: Callable[[str], None] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.comm = comm
+        self._upload = upload
+        self._download = download
+        self._remove = remove
+        self.written: list[str] = []  # this trial's artifact ids, oldest first
+        self.seconds = 0.0  # wall time rank 0 spent saving (gather + write + upload)
+        self.bytes = 0  # size of the newest checkpoint file
+
+    def save(self, header: dict[str, Any], rank_state: dict[str, Any]) -> str | None:
+        """Collective (waits for all ranks): rank 0 writes ``header`` and every rank's
+        ``rank_state`` as one file, uploads it; returns the artifact id there."""
+        t = MPI.Wtime()
+        states = self.comm.gather(rank_state, root=0)  # waits for all ranks
+        if self.comm.rank != 0:
+            return None
+        if self._upload is None:
+            raise RuntimeError("rank 0 needs an upload function to write checkpoints")
+        with tempfile.TemporaryDirectory(prefix="detol-ckpt-") as tmp:
+            path = os.path.join(tmp, f"checkpoint-epoch{header['epoch']}.pt")
+            torch.save({**header, "format": FORMAT, "rank_states": states}, path)
+            self.bytes = os.path.getsize(path)
+            artifact_id = self._upload(path, int(header["epoch"]))
+        self.written.append(artifact_id)
+        while len(self.written) > max(1, self.plan.keep):
+            old = self.written.pop(0)
+            if self._remove is not None:
+                self._remove(old)
+        self.seconds += MPI.Wtime() - t
+        return artifact_id
+
+    def load(self, artifact_id: str, config: dict[str, Any]) -> tuple[dict[str, Any], dict]:
+        """Collective: rank 0 downloads ``artifact_id`` and checks it against ``config``; each
+        rank gets (the header, its own state). A mismatch raises on every rank."""
+        payload: Any = None
+        if self.comm.rank == 0:
+            if self._download is None:
+                raise RuntimeError("rank 0 needs a download function to restore checkpoints")
+            try:
+                with tempfile.TemporaryDirectory(prefix="detol-ckpt-") as tmp:
+                    path = os.path.join(tmp, "checkpoint.pt")
+                    self._download(artifact_id, path)
+                    data = torch.load(path, map_location="cpu", weights_only=True)
+                check_compatible(data, config, self.comm.size)
+                states = data.pop("rank_states")
+                payload = [(data, s) for s in states]
+            except Exception as exc:  # noqa: BLE001 - every rank raises the same error
+                payload = [exc] * self.comm.size
+        mine = self.comm.scatter(payload, root=0)  # waits for rank 0
+        if isinstance(mine, Exception):
+            raise CheckpointError(f"cannot resume from checkpoint {artifact_id}: {mine}")
+        return mine
