@@ -30,10 +30,25 @@ from search._backend import run_trial_on_worker
 from search._cluster_plans import MPI
 from search._cluster_watch import ClusterFailed
 from search._objectives import is_benchmark, run_function_trial
+from search._promotion import LINEAGE_ATTR, PAUSED_ATTR, RESUME_OF_ATTR, lineage
 from search._registry import pruner_spec
-from search._study import DRIVER_ATTR, HEARTBEAT_ATTR, HEARTBEAT_S, driver_id, requeue
+from search._study import (
+    DRIVER_ATTR,
+    HEARTBEAT_ATTR,
+    HEARTBEAT_S,
+    RESUME_FROM_ATTR,
+    driver_id,
+    finished_configurations,
+    requeue,
+)
 from search._study_file import StudyFile
-from training.contract import SINGLE_NODE_ENV, TrialSpec, storage_file
+from training.contract import (
+    CHECKPOINT_ATTR,
+    SINGLE_NODE_ENV,
+    TrialSpec,
+    build_pruner,
+    storage_file,
+)
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 # User attributes copied from an MPI job's result onto its trial.
@@ -56,6 +71,9 @@ RESULT_ATTRS = (
     "steps_per_rank",
     "slowdown_sleep_s",
     "mpi_thread_level",
+    "start_epoch",
+    "checkpoint_s",
+    "checkpoint_bytes",
     "sim_time_s",
     "host",
     "batch_job",
@@ -75,10 +93,14 @@ class RunCounts:
     stopped_because: str = ""
     best: str = ""
     failures: list[str] = field(default_factory=list)
+    paused: int = 0  # of ``pruned``: paused at a rung (may still be promoted)
+    promoted: int = 0  # paused trials resumed by this run
+    continuations: int = 0  # of complete + pruned: promoted continuations (same configuration)
 
     @property
     def finished(self) -> int:
-        return self.finished_before + self.complete + self.pruned
+        """Finished configurations (``budget.trials`` counts these)."""
+        return self.finished_before + self.complete + self.pruned - self.continuations
 
 
 @dataclass
@@ -87,6 +109,9 @@ class _Running:
     ranks: int
     started: float = field(default_factory=time.monotonic)
     sim_start: float = 0.0
+    continuation: bool = False  # a promoted paused trial: not a new configuration
+    resumed_epoch: int = 0  # the checkpoint's epoch it continues from (0: from scratch)
+    carried: dict[str, float] = field(default_factory=dict)  # work done before, by its lineage
 
 
 Event = Callable[[str, optuna.Trial | None, RunCounts, dict[str, Any] | None], None]
@@ -127,6 +152,16 @@ class Driver:
         self.pruner = pruner_spec(
             sf.pruner.name, sf.pruner.spec_options(sf.training.epochs)
         ).to_json()
+        built = build_pruner(self.pruner)
+        # A pruner that pauses (search._promotion) also says which paused trials to resume.
+        self.promoter: Any = built if getattr(built, "pauses", False) else None
+        self.checkpoints = None
+        if sf.checkpointing:
+            store = sf.checkpoints.store or str(artifact_directory(storage_url, study.study_name))
+            if "://" not in store:
+                store = str(Path(store).expanduser().resolve())  # workers may run elsewhere
+            self.checkpoints = {"store": store, "every": sf.checkpoints.every,
+                                "keep": sf.checkpoints.keep}
         self.owner = driver_id()
         seed = sf.strategy.seed
         self.noise_seed = random.getrandbits(32) if seed is None else seed * 1_000_003
@@ -134,13 +169,58 @@ class Driver:
         self.sim_clock = 0.0
 
     def _finished_count(self) -> int:
-        return len(self.study.get_trials(deepcopy=False, states=FINISHED))
+        return finished_configurations(self.study)
+
+    def _promote(self, counts: RunCounts) -> bool:
+        """Queue the best promotable paused trial, if any, as a continuation (asked next)."""
+        if self.promoter is None:
+            return False
+        waiting = self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        if any(RESUME_OF_ATTR in t.user_attrs for t in waiting):
+            return True  # queued before (by a retry, or a driver that stopped): asked next
+        for parent in self.promoter.promotable(self.study):
+            checkpoint = parent.user_attrs.get(CHECKPOINT_ATTR)
+            if not isinstance(checkpoint, dict):
+                continue  # paused without a checkpoint: nothing to resume from
+            self.study.enqueue_trial(
+                parent.params,
+                user_attrs={
+                    RESUME_OF_ATTR: parent.number,
+                    LINEAGE_ATTR: lineage(parent),
+                    RESUME_FROM_ATTR: {"id": checkpoint["id"], "epoch": int(checkpoint["epoch"]),
+                                       "trial": parent.number},
+                    "detol:lineage_epochs": parent.user_attrs.get("detol:lineage_epochs", 0),
+                    "detol:lineage_rank_seconds": parent.user_attrs.get(
+                        "detol:lineage_rank_seconds", 0.0),
+                },
+                skip_if_exists=False,
+            )
+            counts.promoted += 1
+            return True
+        return False
+
+    def _continue_curve(self, trial: optuna.Trial, resume: dict[str, Any]) -> None:
+        """Give a trial that resumes from a checkpoint its writer's intermediate values up to
+        the checkpoint's epoch: its learning curve is whole, and rungs see it."""
+        if len(self.sf.objectives) > 1:
+            return
+        storage = self.study._storage  # noqa: SLF001 - one trial by number, not the whole study
+        writer = storage.get_trial(
+            storage.get_trial_id_from_study_id_trial_number(
+                self.study._study_id, int(resume["trial"])  # noqa: SLF001
+            )
+        )
+        for step, value in sorted(writer.intermediate_values.items()):
+            if step <= int(resume["epoch"]):
+                trial.report(value, step)
 
     def _submit(self, counts: RunCounts) -> tuple[Future, _Running] | None:
         trial = self.study.ask()
         trial.set_user_attr(DRIVER_ATTR, self.owner)  # claimed at once: see recover_orphans
         if self.sf.objective is not None:
             return self._submit_function(trial, counts)
+        attrs = trial.user_attrs  # an enqueued continuation or retry carries its resume point
+        resume = attrs.get(RESUME_FROM_ATTR) if self.checkpoints is not None else None
         ask_time = time.time()
         try:
             params = self.space.suggest(trial)
@@ -149,6 +229,8 @@ class Driver:
             if genome is not None:
                 config = config.model_validate({**config.model_dump(), "genome": genome.to_dict()})
                 _record_genome(trial, genome)
+            if resume is not None:
+                self._continue_curve(trial, resume)
         except Exception as exc:  # a sampler or space problem fails this trial, not the study
             self._fail(trial, counts, {"exit_reason": f"could not build the trial: {exc}"})
             return None
@@ -166,6 +248,8 @@ class Driver:
             timeout_s=self.sf.budget.trial_timeout,
             ask_time=ask_time,
             warm=self.sf.launcher.warm,
+            checkpoints=self.checkpoints,
+            resume_from=str(resume["id"]) if resume is not None else None,
         )
         future = self.client.submit(
             run_trial_on_worker,
@@ -176,7 +260,18 @@ class Driver:
             retries=0,  # the driver decides about retries, never Dask
         )
         self.on_event("started", trial, counts, None)
-        return future, _Running(trial, config.ranks, sim_start=self.sim_clock)
+        carried = {
+            "epochs": float(attrs.get("detol:lineage_epochs", 0)),
+            "rank_seconds": float(attrs.get("detol:lineage_rank_seconds", 0.0)),
+        }
+        return future, _Running(
+            trial,
+            config.ranks,
+            sim_start=self.sim_clock,
+            continuation=RESUME_OF_ATTR in attrs,
+            resumed_epoch=int(resume["epoch"]) if resume is not None else 0,
+            carried=carried,
+        )
 
     def _submit_function(
         self, trial: optuna.Trial, counts: RunCounts
@@ -253,13 +348,27 @@ class Driver:
             trial.set_user_attr(key, value)
         if self.simulated:
             trial.set_user_attr("sim_clock_s", self.sim_clock)
+        if result.get("epochs_run") is not None:
+            # The work of the whole lineage (earlier segments + this one), beside this
+            # segment's own epochs_run and rank_seconds.
+            trial.set_user_attr("detol:lineage_epochs",
+                                int(run.carried.get("epochs", 0) + result["epochs_run"]))
+            trial.set_user_attr("detol:lineage_rank_seconds",
+                                run.carried.get("rank_seconds", 0.0)
+                                + float(result.get("rank_seconds") or 0.0))
         state = result.get("state")
         values = _values(result, self.sf.objectives)
+        if state in ("complete", "pruned", "paused") and run.continuation:
+            counts.continuations += 1
         if state == "complete" and values is not None:
             self.study.tell(trial, values if len(values) > 1 else values[0])
             counts.complete += 1
             self.on_event("complete", trial, counts, result)
-        elif state == "pruned":
+        elif state in ("pruned", "paused"):
+            if state == "paused":
+                epoch = int(result.get("start_epoch") or 1) + int(result["epochs_run"]) - 1
+                trial.set_user_attr(PAUSED_ATTR, epoch)
+                counts.paused += 1
             self.study.tell(trial, state=TrialState.PRUNED)
             counts.pruned += 1
             self.on_event("pruned", trial, counts, result)
@@ -317,11 +426,13 @@ class Driver:
     ) -> None:
         """Start trials until ``concurrency`` run or the budget is covered. ``untold`` trials
         have ended but are not told yet: they may still complete, so they count as running."""
-        while (
-            counts.failed < self.sf.budget.max_failures
-            and len(running) < concurrency
-            and counts.finished + len(running) + untold < trials
-        ):
+        while counts.failed < self.sf.budget.max_failures and len(running) < concurrency:
+            # Promotions first (Li et al.): a paused configuration that is now in its rung's
+            # top 1/eta resumes; they are not new configurations, so the budget allows them.
+            if not self._promote(counts):
+                configurations = sum(not r.continuation for r in running.values())
+                if counts.finished + configurations + untold >= trials:
+                    break
             submitted = self._submit(counts)
             if submitted is not None:
                 running[submitted[0]] = submitted[1]
@@ -384,6 +495,12 @@ class Driver:
                 self.study.tell(run.trial, state=TrialState.FAIL)
             raise
         return counts
+
+
+def artifact_directory(storage_url: str, study_name: str) -> Path:
+    """The default checkpoint store: ``detol-artifacts/STUDY`` beside a journal or SQLite
+    file, else under the working directory."""
+    return log_directory(storage_url, study_name).parent.parent / "detol-artifacts" / study_name
 
 
 def log_directory(storage_url: str, study_name: str) -> Path:

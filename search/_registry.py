@@ -10,6 +10,7 @@ import optuna
 
 import spaces
 from search._errors import StudyError
+from search._promotion import hyperband_brackets
 from search._samplers import (
     DistinctTPESampler,
     EvolutionSampler,
@@ -169,6 +170,8 @@ def _percentile(o: dict[str, Any]) -> PrunerSpec:
 
 
 def _asha(o: dict[str, Any]) -> PrunerSpec:
+    if o.get("promote"):
+        return _promoting(o, brackets=1)
     return PrunerSpec(
         "optuna.pruners:SuccessiveHalvingPruner",
         {
@@ -179,7 +182,23 @@ def _asha(o: dict[str, Any]) -> PrunerSpec:
     )
 
 
+def _promoting(o: dict[str, Any], *, brackets: int) -> PrunerSpec:
+    return PrunerSpec(
+        "search._promotion:PromotingHalving",
+        {
+            "min_resource": o["min_epochs"],
+            "reduction_factor": o["reduction_factor"],
+            "min_early_stopping_rate": o.get("min_early_stopping_rate", 0),
+            "brackets": brackets,
+            "max_resource": o["max_epochs"],
+        },
+    )
+
+
 def _hyperband(o: dict[str, Any]) -> PrunerSpec:
+    if o.get("promote"):
+        brackets = hyperband_brackets(o["min_epochs"], o["max_epochs"], o["reduction_factor"])
+        return _promoting(o, brackets=brackets)
     return PrunerSpec(
         "optuna.pruners:HyperbandPruner",
         {
@@ -234,8 +253,8 @@ PRUNER_OPTIONS: dict[str, tuple[str, ...]] = {
     "none": (),
     "median": ("startup_trials", "warmup_epochs"),
     "percentile": ("percentile", "startup_trials", "warmup_epochs"),
-    "asha": ("min_epochs", "reduction_factor", "min_early_stopping_rate"),
-    "hyperband": ("min_epochs", "max_epochs", "reduction_factor"),
+    "asha": ("min_epochs", "reduction_factor", "min_early_stopping_rate", "promote"),
+    "hyperband": ("min_epochs", "max_epochs", "reduction_factor", "promote"),
     "threshold": ("lower", "upper", "warmup_epochs"),
     "patient": ("wrapped", "patience", "min_delta"),
     "top-half": ("startup_trials",),

@@ -28,7 +28,12 @@ from search._console import err, out, print_error
 from search._driver import Driver, RunCounts
 from search._errors import StudyError
 from search._reading import default_storage, open_url, quiet_optuna
-from search._study import check_same_study, open_study, recover_orphans
+from search._study import (
+    check_same_study,
+    finished_configurations,
+    open_study,
+    recover_orphans,
+)
 from search._study_file import StudyFile, load_study_file
 from search._tables import best_table, objective_names
 from training.contract import check_dataset_loads, redact, storage_file
@@ -190,8 +195,7 @@ def _existing_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.S
 
 
 def _finished_count(study: optuna.Study) -> int:
-    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    return len(study.get_trials(deepcopy=False, states=states))
+    return finished_configurations(study)
 
 
 def what_a_trial_is(sf: StudyFile) -> str:

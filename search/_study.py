@@ -13,9 +13,10 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from search._errors import StudyError
+from search._promotion import LINEAGE_ATTR, RESUME_OF_ATTR
 from search._registry import build_sampler, pruner_spec
 from search._study_file import StudyFile
-from training.contract import USED_BY, TrainConfig
+from training.contract import CHECKPOINT_ATTR, USED_BY, TrainConfig
 
 DRIVER_ATTR = "detol:driver"
 HEARTBEAT_ATTR = "detol:heartbeat"  # wall-clock time the owning driver last saw the trial alive
@@ -23,6 +24,8 @@ HEARTBEAT_S = 30.0  # how often a driver renews it
 STALE_AFTER_S = 180.0  # a trial of another host whose heartbeat is older than this is orphaned
 RETRY_ATTR = "detol:retry_of"  # on a re-queued trial: the number of the trial it repeats
 ATTEMPT_ATTR = "detol:attempt"  # 1 for a first run, 2 for its first retry, ...
+# On a trial that continues from a checkpoint: {"id": artifact id, "epoch", "trial": its writer}.
+RESUME_FROM_ATTR = "detol:resume_from"
 
 
 def driver_id() -> str:
@@ -36,7 +39,8 @@ CHANGES_ATTR = "detol:study_changes"  # the accepted changes, one entry per run 
 # comparable. Strategy and pruner change which trials are run, not what a trial means: allowed,
 # and said. Anything else (objective, metric, direction, [training], [space]) changes what a
 # trial's value means: refused.
-_HOW_TO_RUN = ("name", "storage", "budget.", "cluster.", "launcher.", "training.threads_per_rank",
+_HOW_TO_RUN = ("name", "storage", "budget.", "cluster.", "launcher.", "checkpoints.",
+               "training.threads_per_rank",
                "training.bucket_kb", "training.mpi_async_progress")
 _DECIDERS = ("strategy.", "pruner.")
 
@@ -171,17 +175,48 @@ def requeue(
 
     Call before the trial is told FAIL. Returns ``reason`` with what was done appended; the new
     trial carries ``detol:retry_of`` and ``detol:attempt``, the failed one ``detol:requeued``.
+    When the trial wrote a checkpoint (or itself resumed from one), the new trial resumes from
+    the newest (``detol:resume_from``): a lost worker costs the epochs since that checkpoint.
     """
-    attempt = int(trial.user_attrs.get(ATTEMPT_ATTR, 1))
+    attrs = study._storage.get_trial(trial._trial_id).user_attrs  # noqa: SLF001 - rank 0 wrote
+    attempt = int(attrs.get(ATTEMPT_ATTR, 1))
     if attempt > max_retries:
         return f"{reason}; not re-queued (attempt {attempt}, budget.max_retries={max_retries})"
-    study.enqueue_trial(
-        trial.params,
-        user_attrs={RETRY_ATTR: trial.number, ATTEMPT_ATTR: attempt + 1},
-        skip_if_exists=False,
-    )
+    carried: dict[str, Any] = {RETRY_ATTR: trial.number, ATTEMPT_ATTR: attempt + 1,
+               LINEAGE_ATTR: lineage_of(trial.number, attrs)}
+    if RESUME_OF_ATTR in attrs:  # a promoted continuation stays one
+        carried[RESUME_OF_ATTR] = attrs[RESUME_OF_ATTR]
+    resume = resume_point(trial.number, attrs)
+    if resume is not None:
+        carried[RESUME_FROM_ATTR] = resume
+    study.enqueue_trial(trial.params, user_attrs=carried, skip_if_exists=False)
     _set_attr(study, trial, "detol:requeued", True)
-    return f"{reason}; parameters re-queued (attempt {attempt + 1} of {max_retries + 1})"
+    where = f" from its epoch-{resume['epoch']} checkpoint" if resume is not None else ""
+    return f"{reason}; parameters re-queued{where} (attempt {attempt + 1} of {max_retries + 1})"
+
+
+def resume_point(number: int, attrs: dict[str, Any]) -> dict[str, Any] | None:
+    """The newest checkpoint trial ``number`` can continue from: its own, else the one it
+    resumed from itself; ``{"id", "epoch", "trial"}`` or None."""
+    own = attrs.get(CHECKPOINT_ATTR)
+    if isinstance(own, dict) and own.get("id"):
+        return {"id": own["id"], "epoch": int(own["epoch"]), "trial": number}
+    inherited = attrs.get(RESUME_FROM_ATTR)
+    return dict(inherited) if isinstance(inherited, dict) else None
+
+
+def lineage_of(number: int, attrs: dict[str, Any]) -> int:
+    return int(attrs.get(LINEAGE_ATTR, number))
+
+
+def finished_configurations(study: optuna.Study) -> int:
+    """Finished (complete or pruned) trials that count for ``budget.trials``: promoted
+    continuations of a paused trial are the same configuration, not another one."""
+    states = (TrialState.COMPLETE, TrialState.PRUNED)
+    return sum(
+        1 for t in study.get_trials(deepcopy=False, states=states)
+        if RESUME_OF_ATTR not in t.user_attrs
+    )
 
 
 def recover_orphans(

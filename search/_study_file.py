@@ -139,6 +139,11 @@ class Pruner(_Strict):
     wrapped: Annotated[str, _one_of(PRUNERS, "pruner")] = Field(
         "none", description="patient: the pruner it wraps"
     )
+    promote: bool = Field(
+        False,
+        description="asha/hyperband: pause a trial at a rung, resume it from its checkpoint "
+        "when it is promoted (Li et al.); false: Optuna's stop-only form",
+    )
 
     @model_validator(mode="after")
     def _own_options(self) -> Pruner:
@@ -166,6 +171,20 @@ class Pruner(_Strict):
 
     def spec_options(self, epochs: int) -> dict[str, Any]:
         return {**self.model_dump(), "max_epochs": self.max_epochs or epochs}
+
+
+class Checkpoints(_Strict):
+    """Trial checkpoints in an Optuna artifact store (training/_checkpoint.py)."""
+
+    every: int = Field(
+        0, ge=0, description="epochs between two checkpoints; 0: only when a trial pauses"
+    )
+    keep: int = Field(2, ge=1, description="newest checkpoints kept per trial")
+    store: str | None = Field(
+        None,
+        description="a directory, s3://BUCKET or gs://BUCKET; default: "
+        "detol-artifacts/STUDY beside the storage file",
+    )
 
 
 class Launcher(_Strict):
@@ -249,6 +268,7 @@ class StudyFile(_Strict):
     budget: Budget = Budget()
     strategy: Strategy = Strategy()
     pruner: Pruner = Pruner()
+    checkpoints: Checkpoints = Checkpoints()
     training: TrainConfig = TrainConfig()
     launcher: Launcher = Launcher()
     cluster: Cluster = Cluster()
@@ -369,6 +389,17 @@ class StudyFile(_Strict):
                     'Optuna cannot prune multi-objective studies; set pruner = "none"',
                 )
             )
+        if self.objective is not None:
+            if self.pruner.promote:
+                problems.append(StudyError(
+                    "pruner.promote",
+                    "needs trials that train ([training]): a function objective has no "
+                    "checkpoint to resume from",
+                ))
+            if "checkpoints" in self.model_fields_set:
+                problems.append(StudyError(
+                    "checkpoints", "only trials that train ([training]) write checkpoints"
+                ))
         genome_ok = True
         if self.space_genome is not None:
             try:
@@ -401,6 +432,11 @@ class StudyFile(_Strict):
             if sep and re.fullmatch(r"[A-Za-z_][\w.\[\]]*", key):
                 raise StudyError(f"space.genome.{key}", rest) from None
             raise StudyError("space.genome", str(exc)) from None
+
+    @property
+    def checkpointing(self) -> bool:
+        """Whether trials write checkpoints: every N epochs, or to pause (promotion)."""
+        return self.objective is None and (self.checkpoints.every > 0 or self.pruner.promote)
 
     @property
     def objectives(self) -> list[str]:

@@ -21,50 +21,14 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from mpi4py import MPI
 
-CHECKPOINT_ATTR = "detol:checkpoint"
+from training._artifacts import CheckpointPlan
+
 FORMAT = 1
-
-
-@dataclass(frozen=True)
-class CheckpointPlan:
-    """Where checkpoints go and how often: from the study file's ``[checkpoints]`` table."""
-
-    store: str  # a directory, s3://bucket[/prefix] or gs://bucket[/prefix]
-    every: int = 0  # epochs between two checkpoints; 0: only when the trial pauses
-    keep: int = 2  # newest checkpoints kept per trial
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any] | None) -> CheckpointPlan | None:
-        return cls(**data) if data else None
-
-    def due(self, epoch: int) -> bool:
-        return self.every > 0 and epoch % self.every == 0
-
-
-def artifact_store(url: str) -> Any:
-    """An Optuna artifact store for ``url``: a directory (created), ``s3://`` or ``gs://``."""
-    from optuna import artifacts
-
-    scheme, _, rest = url.partition("://")
-    if scheme == "s3" and rest:
-        bucket = rest.split("/", 1)[0]
-        return artifacts.Boto3ArtifactStore(bucket)
-    if scheme == "gs" and rest:
-        bucket = rest.split("/", 1)[0]
-        return artifacts.GCSArtifactStore(bucket)
-    if rest and scheme != "file":
-        raise ValueError(
-            f"checkpoints.store {url!r}: expected a directory, s3://BUCKET or gs://BUCKET"
-        )
-    path = rest if scheme == "file" else url
-    os.makedirs(path, exist_ok=True)
-    return artifacts.FileSystemArtifactStore(path)
 
 
 class CheckpointError(ValueError):

@@ -10,6 +10,7 @@ is :mod:`training.launch`.
 'postgresql://me:***@db/optuna'
 """
 
+from training._artifacts import CHECKPOINT_ATTR, CheckpointPlan, artifact_store
 from training._config import (
     METRICS,
     MIN_RANKS,
@@ -25,6 +26,8 @@ from training._spec import TrialSpec
 from training._storage import DEFAULT_STORAGE, journal_path, open_storage, redact, storage_file
 
 __all__ = [
+    "CHECKPOINT_ATTR",
+    "CheckpointPlan",
     "DEFAULT_LAUNCHER",
     "DEFAULT_STORAGE",
     "METRICS",
@@ -34,6 +37,7 @@ __all__ = [
     "USED_BY",
     "TrainConfig",
     "TrialSpec",
+    "artifact_store",
     "build_pruner",
     "check_dataset_loads",
     "journal_path",

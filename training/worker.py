@@ -111,7 +111,7 @@ def make_checkpointer(spec: Any, comm: Any, reporter: Any) -> Any:
         return Checkpointer(plan, comm)
     from optuna.artifacts import download_artifact, upload_artifact
 
-    from training._checkpoint import CHECKPOINT_ATTR, artifact_store
+    from training._artifacts import CHECKPOINT_ATTR, artifact_store
 
     store = artifact_store(plan.store)
 
