@@ -278,3 +278,72 @@ def test_postgresql_restart_during_a_study_loses_nothing(
     reasons = [t.user_attrs.get("exit_reason") for t in trials if t.state is TrialState.FAIL]
     assert _states(trials) == {"COMPLETE": 24}, reasons
     assert all(len(t.intermediate_values) == 3 for t in trials)
+
+
+def _ancestor_outside(pids: list[int]) -> int:
+    """The first process above ``pids`` that is not one of them (the tagged MPI job's parent:
+    the Dask worker that launched it)."""
+    tagged = set(pids)
+    for pid in pids:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        if parent not in tagged:
+            return parent
+    raise AssertionError(f"no parent outside {pids}")
+
+
+@pytest.mark.mpi
+def test_a_trial_lost_with_its_worker_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
+    # A slowed 1-rank trial writes a checkpoint every epoch; once one of epoch >= 2 is in the
+    # storage, the Dask worker running the job is SIGKILLed (its mpiexec dies with it). The
+    # re-queued trial must continue from that checkpoint, not from epoch 1.
+    tag = f"detol-ckpt-{uuid.uuid4().hex}"
+    study = tmp_path / "study.toml"
+    study.write_text(textwrap.dedent(f"""\
+        name = "faults"
+        pruner = "none"
+        [budget]
+        trials = 1
+        [checkpoints]
+        every = 1
+        [training]
+        dataset = "digits"
+        epochs = 8
+        ranks = 1
+        hidden = 64
+        slowdown = [25]
+        [launcher]
+        env = {{ DETOL_TEST_TAG = "{tag}" }}
+        [space]
+        lr = {{ type = "float", low = 0.01, high = 0.1, log = true }}
+        """))
+    storage = str(tmp_path / "s.journal")
+    proc = _start(study, storage, tmp_path)
+
+    def checkpointed() -> bool:
+        try:
+            trials = _trials(storage)
+        except KeyError:  # the study is not created yet
+            return False
+        point = trials[0].user_attrs.get("detol:checkpoint") if trials else None
+        return bool(point) and point["epoch"] >= 2
+
+    _wait_for(checkpointed, "a checkpoint of epoch 2", timeout=120)
+    worker = _ancestor_outside(_processes_tagged(tag))
+    assert worker != proc.pid
+    os.kill(worker, signal.SIGKILL)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, out + err
+
+    trials = _trials(storage)
+    assert _states(trials) == {"COMPLETE": 1, "FAIL": 1}, [t.user_attrs.get("exit_reason")
+                                                         for t in trials]
+    failed, retry = trials
+    saved = failed.user_attrs["detol:checkpoint"]["epoch"]  # the newest before the kill
+    assert saved >= 2
+    assert f"re-queued from its epoch-{saved} checkpoint" in failed.user_attrs["exit_reason"]
+    assert retry.user_attrs["detol:resume_from"]["epoch"] == saved
+    assert retry.user_attrs["start_epoch"] == saved + 1
+    assert retry.user_attrs["epochs_run"] == 8 - saved  # the lost epochs only, not all 8
+    assert sorted(retry.intermediate_values) == list(range(1, 9))
+    assert [r["epoch"] for r in retry.user_attrs["history"]] == list(range(1, 9))

@@ -1,0 +1,199 @@
+"""Pause-and-promote successive halving: the rule on hand-made studies, then a real study."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from search._promotion import (
+    LINEAGE_ATTR,
+    PAUSED_ATTR,
+    RESUME_OF_ATTR,
+    PromotingHalving,
+    hyperband_brackets,
+)
+from tests.cli_helpers import run_search
+from training.contract import CHECKPOINT_ATTR, open_storage
+
+
+def _paused(study: optuna.Study, values: list[float], **attrs: object) -> optuna.trial.FrozenTrial:
+    """A trial that reported ``values`` for epochs 1.. and paused at the last one."""
+    trial = study.ask()
+    for epoch, value in enumerate(values, start=1):
+        trial.report(value, epoch)
+    for key, value in {PAUSED_ATTR: len(values), **attrs}.items():
+        trial.set_user_attr(key, value)
+    study.tell(trial, state=TrialState.PRUNED)
+    return study.trials[-1]
+
+
+def _asks_to_pause(study: optuna.Study, values: list[float], **attrs: object) -> bool:
+    trial = study.ask()
+    for key, value in attrs.items():
+        trial.set_user_attr(key, value)
+    for epoch, value in enumerate(values, start=1):
+        trial.report(value, epoch)
+    pause = trial.should_prune()
+    study.tell(trial, state=TrialState.FAIL)  # out of the way of later questions
+    return pause
+
+
+def _study(pruner: PromotingHalving, direction: str = "maximize") -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(direction=direction, pruner=pruner)
+
+
+def test_rungs_follow_min_resource_and_eta() -> None:
+    assert PromotingHalving(1, 3).rung_epochs(0, 12) == [1, 3, 9]
+    assert PromotingHalving(1, 3, min_early_stopping_rate=1).rung_epochs(0, 12) == [3, 9]
+    assert PromotingHalving(2, 2).rung_epochs(0, 16) == [2, 4, 8]
+    assert hyperband_brackets(1, 12, 3) == 3 and hyperband_brackets(1, 27, 3) == 4
+    assert PromotingHalving(1, 3, brackets=3).rung_epochs(2, 12) == [9]
+
+
+def test_a_trial_pauses_at_a_rung_unless_it_is_in_the_top_third() -> None:
+    study = _study(PromotingHalving(1, 3))
+    assert _asks_to_pause(study, [0.5])  # the first to arrive: floor(1/3) = 0 promotable
+    _paused(study, [0.5])
+    _paused(study, [0.4])
+    assert not _asks_to_pause(study, [0.9])  # best of 3: the top floor(3/3) = 1
+    assert _asks_to_pause(study, [0.45])  # second of 3
+    assert not _asks_to_pause(study, [0.9, 0.1])  # epoch 2 is no rung: it goes on
+
+
+def test_direction_decides_what_is_best() -> None:
+    study = _study(PromotingHalving(1, 3), direction="minimize")
+    _paused(study, [0.5])
+    _paused(study, [0.4])
+    assert _asks_to_pause(study, [0.9])
+    assert not _asks_to_pause(study, [0.1])
+
+
+def test_paused_trials_become_promotable_as_more_arrive_best_and_highest_first() -> None:
+    study = _study(PromotingHalving(1, 3))
+    pruner = study.pruner
+    assert isinstance(pruner, PromotingHalving)
+    a = _paused(study, [0.7])
+    c = _paused(study, [0.3])
+    assert pruner.promotable(study) == []  # 2 at the rung: nobody is in the top floor(2/3)
+    _paused(study, [0.2])
+    assert [t.number for t in pruner.promotable(study)] == [a.number]
+    b = _paused(study, [0.1, 0.2, 0.8])  # alone at rung 3 (floor(1/3) = 0): not promotable
+    for value in (0.6, 0.5):
+        _paused(study, [0.1, 0.2, value])
+    # rung 3 has b, 0.6, 0.5: b is its top third; rung 1 has 6 lineages: its top 2 are a, c.
+    assert [t.number for t in pruner.promotable(study)] == [b.number, a.number, c.number]
+    # Once a continuation of a exists (even only queued), a is no longer offered.
+    study.enqueue_trial({}, user_attrs={RESUME_OF_ATTR: a.number, LINEAGE_ATTR: a.number})
+    assert [t.number for t in pruner.promotable(study)] == [b.number, c.number]
+
+
+def test_a_lineage_counts_once_at_a_rung() -> None:
+    study = _study(PromotingHalving(1, 3))
+    pruner = study.pruner
+    assert isinstance(pruner, PromotingHalving)
+    a = _paused(study, [0.9])
+    _paused(study, [0.2])
+    _paused(study, [0.1])
+    # a's continuation carries a's epoch-1 value: still 3 configurations at rung 1, not 4
+    # (with 4, floor(4/3) = 1 too; so check at rung 3 where it would matter: 2 vs 1).
+    _paused(study, [0.9, 0.9, 0.9], **{RESUME_OF_ATTR: a.number, LINEAGE_ATTR: a.number})
+    values = pruner._rung_values(study.get_trials(deepcopy=False), 1, 0)  # noqa: SLF001
+    assert sorted(values) == [0, 1, 2]
+
+
+def test_hyperband_brackets_do_not_compete() -> None:
+    pruner = PromotingHalving(1, 3, brackets=2, max_resource=12)
+    study = _study(pruner)
+    # Lineages 0, 2, 4 are bracket 0 (rungs 1, 3, 9); 1, 3 are bracket 1 (rungs 3, 9).
+    _paused(study, [0.1])  # 0
+    assert not _asks_to_pause(study, [0.9])  # 1: epoch 1 is no rung of bracket 1
+    _paused(study, [0.2])  # 2
+    _paused(study, [0.3])  # 3: bracket 1, but paused at epoch 1 - never counted at rung 1
+    assert [t.number for t in pruner.promotable(study)] == []  # bracket 0 has 2 at rung 1
+    _paused(study, [0.15])  # 4: now 0, 2, 4 at rung 1 of bracket 0: top 1 is 2
+    assert [t.number for t in pruner.promotable(study)] == [2]
+
+
+def _promotion_study(directory: Path, *, trials: int) -> Path:
+    path = directory / "study.toml"
+    path.write_text(textwrap.dedent(f"""\
+        name = "promo"
+        [budget]
+        trials = {trials}
+        concurrency = 2
+        [strategy]
+        name = "random"
+        seed = 4
+        [pruner]
+        name = "asha"
+        promote = true
+        min_epochs = 1
+        reduction_factor = 3
+        [training]
+        dataset = "digits"
+        epochs = 5
+        ranks = 1
+        [space]
+        lr = {{ type = "float", low = 1e-3, high = 0.3, log = true }}
+        hidden = {{ type = "int", low = 4, high = 48 }}
+        """))
+    return path
+
+
+@pytest.mark.mpi
+def test_paused_trials_resume_from_their_checkpoints_in_a_real_study(tmp_path: Path) -> None:
+    study_file = _promotion_study(tmp_path, trials=7)
+    storage = str(tmp_path / "s.journal")
+    code, out, err = run_search("run", str(study_file), "--storage", storage, "--no-progress",
+                                cwd=tmp_path)
+    assert code == 0, out + err
+    trials = optuna.load_study(study_name="promo", storage=open_storage(storage)).trials
+    by_number = {t.number: t for t in trials}
+    continuations = [t for t in trials if RESUME_OF_ATTR in t.user_attrs]
+    configurations = [t for t in trials if RESUME_OF_ATTR not in t.user_attrs]
+    assert len(configurations) == 7  # budget.trials counts configurations, not segments
+    assert continuations, "nothing was promoted"
+    assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials)
+    for t in continuations:
+        parent = by_number[t.user_attrs[RESUME_OF_ATTR]]
+        paused_at = parent.user_attrs[PAUSED_ATTR]
+        assert parent.state is TrialState.PRUNED and t.params == parent.params
+        # The parent's checkpoint is an artifact of the parent trial, in the default store.
+        checkpoint = parent.user_attrs[CHECKPOINT_ATTR]
+        assert checkpoint["epoch"] == paused_at
+        assert f"artifacts:{checkpoint['id']}" in parent.system_attrs
+        assert (tmp_path / "detol-artifacts" / "promo" / checkpoint["id"]).is_file()
+        # It continued, not restarted: its own epochs start after the pause; curve whole.
+        assert t.user_attrs["start_epoch"] == paused_at + 1
+        last = max(t.intermediate_values)
+        assert sorted(t.intermediate_values) == list(range(1, last + 1))
+        assert t.user_attrs["epochs_run"] == last - paused_at
+        assert [row["epoch"] for row in t.user_attrs["history"]] == list(range(1, last + 1))
+        assert t.intermediate_values[paused_at] == parent.intermediate_values[paused_at]
+        # Work is counted per segment and for the whole lineage.
+        assert t.user_attrs["detol:lineage_epochs"] == (
+            parent.user_attrs["detol:lineage_epochs"] + t.user_attrs["epochs_run"]
+        )
+        assert t.user_attrs["detol:lineage_rank_seconds"] == pytest.approx(
+            parent.user_attrs["detol:lineage_rank_seconds"] + t.user_attrs["rank_seconds"]
+        )
+    complete = [t for t in trials if t.state is TrialState.COMPLETE]
+    assert all(max(t.intermediate_values) == 5 for t in complete)
+    # Nothing promotable is left behind, read back from the storage alone.
+    study = optuna.load_study(study_name="promo", storage=open_storage(storage),
+                              pruner=PromotingHalving(1, 3, max_resource=5))
+    pruner = study.pruner
+    assert isinstance(pruner, PromotingHalving)
+    assert pruner.promotable(study) == []
+    # A second run with a larger budget promotes on the same rungs, from the same storage.
+    study_file = _promotion_study(tmp_path, trials=10)
+    code, out, err = run_search("run", str(study_file), "--storage", storage, "--no-progress",
+                                cwd=tmp_path)
+    assert code == 0, out + err
+    trials = optuna.load_study(study_name="promo", storage=open_storage(storage)).trials
+    assert len([t for t in trials if RESUME_OF_ATTR not in t.user_attrs]) == 10
