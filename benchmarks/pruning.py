@@ -1,41 +1,39 @@
-"""Early stopping across MPI ranks: epochs and rank-seconds saved by each pruner, accuracy lost.
+"""Early stopping end to end: wall time, rank-seconds and epochs each pruner saves, accuracy lost.
 
-What is measured: the same study -- same search space, TPE strategy and seed, epochs, trials and
-concurrency -- is run once per pruner through the real path, ``search run STUDY --storage
-JOURNAL --no-progress`` as a subprocess (a Dask ``LocalCluster``, every trial an ``mpiexec`` job,
-rank 0 reporting each epoch to an Optuna journal file and broadcasting the pruner's decision):
+What is measured: the same study -- same search space, TPE strategy, epochs, trials and
+concurrency -- is run once per pruner and per seed through the real path, ``search run STUDY
+--storage JOURNAL --no-progress`` as a subprocess (a Dask ``LocalCluster``, a warm pool of MPI
+ranks per worker, rank 0 reporting each epoch to an Optuna journal file and broadcasting the
+pruner's decision, checkpoints in the study's artifact store where the pruner pauses):
 
 * ``none`` -- the yardstick: every trial trains all its epochs;
 * ``median`` -- Optuna's MedianPruner (full: startup_trials 5, warmup_epochs 2);
-* ``asha`` -- successive halving (min_epochs 1, reduction_factor 3);
 * ``top-half`` -- after epoch 1 stop every trial not in the top half, never look again
-  (Egele et al. 2024's simple rule; full: startup_trials 5).
+  (Egele et al. 2024's one-epoch rule; full: startup_trials 5): a pruner that cannot beat it
+  is not worth its options;
+* ``asha`` -- Optuna's successive halving, stop form (min_epochs 1, reduction_factor 3);
+* ``asha-promote`` -- the same rungs in the promotion form of Li et al. (``promote = true``):
+  a trial outside its rung's top third pauses with a checkpoint and resumes when promoted.
 
 Full run: mnist1d, a ``stack`` genome (0-2 conv layers: channels 16/32, kernels 3/5/7, pooling or
 not; dense widths 64/128, relu/gelu) plus ``lr`` (log 3e-4..1e-2), adam, batch 100, 1 rank per
-trial, 12 epochs, TPE seed 0 with 8 startup trials, 24 trials, 2 at a time. ``--quick``: digits,
-at most 1 conv layer, 4 epochs, 6 trials, startup counts scaled down.
+trial, 12 epochs, TPE with 8 startup trials, 24 trials, 2 at a time, seeds 0..4 (the strategy's
+seed; ``--seeds N``). ``--quick``: digits, at most 1 conv layer, 4 epochs, 6 trials, 1 seed.
 
 Each study is read back with plain Optuna (``training.contract.open_storage``): total epochs
-(``epochs_run`` over all trials), total rank-seconds (``rank_seconds``), the best validation
-accuracy among complete trials and the ``test_accuracy`` of that trial, and the counts of
-complete / pruned / failed trials. Per pruner: ``epochs_ratio`` and ``rank_seconds_ratio`` (its
-total / the unpruned total), ``accuracy_gap`` and ``test_accuracy_gap`` (unpruned best - its best,
-in points; negative: the pruned run found better). The issue's goal: ``accuracy_gap <= 0.5`` with
-``epochs_ratio <= 0.40``.
-
-Rank-seconds are each trial's wall time x ranks, launch included (a few seconds per ``mpiexec``
-job on 2 cores, as long as 12 epochs of training), so they shrink less than the epochs do and
-vary with the machine's load (``load_before`` per study); ``train_rank_seconds_ratio`` (the
-table's ``train`` column) counts the trainer's own time only (``train_time_s`` x ranks). After its
-startup trials TPE learns from what the pruner did (a pruned trial counts with its last value),
-and with 2 trials at a time the median pruner's decisions depend on the order trials report, so
-each pruned study searches other candidates than the unpruned one: its gap is one draw, not an
-average.
+(``epochs_run`` over all trials, a promoted continuation counting only its own), total
+rank-seconds (``rank_seconds``), the study's wall time, the best validation accuracy among
+complete trials and the ``test_accuracy`` of that trial. Per pruner and seed, against ``none``
+of the same seed: ``wall_ratio``, ``rank_seconds_ratio``, ``epochs_ratio`` (its total / the
+unpruned total) and ``accuracy_gap`` (unpruned best - its best, in points; negative: the pruned
+run found better); then the mean and standard error over seeds. The issue's goal: mean
+``wall_ratio <= 0.5`` at mean ``accuracy_gap <= 0.5``. After its startup trials TPE learns from
+what the pruner did, so each pruned study searches other candidates than the unpruned one: the
+seeds average that out; ``benchmarks/pruning_replay.py`` isolates the pruner from the sampler.
 
 Command::
 
-    python benchmarks/pruning.py [--quick] [--json PATH] [--trials N] [--keep DIR]
+    python benchmarks/pruning.py [--quick] [--json PATH] [--trials N] [--seeds N] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -44,6 +42,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,9 +55,9 @@ from _common import machine, now_iso  # benchmarks/_common.py (the script direct
 
 from training.contract import open_storage
 
-PRUNERS = ("none", "median", "asha", "top-half")
+PRUNERS = ("none", "median", "top-half", "asha", "asha-promote")
 GOAL_GAP_POINTS = 0.5
-GOAL_EPOCHS_RATIO = 0.40
+GOAL_WALL_RATIO = 0.5
 STUDY_TIMEOUT_S = 3600
 
 
@@ -88,6 +87,8 @@ def settings(quick: bool, trials: int | None) -> dict[str, Any]:
             "none": {},
             "median": {"startup_trials": 5, "warmup_epochs": 2},
             "asha": {"min_epochs": 1, "reduction_factor": 3},
+            "asha-promote": {"name": "asha", "min_epochs": 1, "reduction_factor": 3,
+                             "promote": True},
             "top-half": {"startup_trials": 5},
         },
     }
@@ -135,8 +136,8 @@ def study_file(name: str, pruner: str, s: dict[str, Any]) -> str:
         *(f"{k} = {_toml(v)}" for k, v in s["strategy"].items()),
         "",
         "[pruner]",
-        f"name = {_toml(pruner)}",
-        *(f"{k} = {_toml(v)}" for k, v in s["pruners"][pruner].items()),
+        f"name = {_toml(s['pruners'][pruner].get('name', pruner))}",
+        *(f"{k} = {_toml(v)}" for k, v in s["pruners"][pruner].items() if k != "name"),
         "",
         "[training]",
         f"dataset = {_toml(s['dataset'])}",
@@ -144,6 +145,9 @@ def study_file(name: str, pruner: str, s: dict[str, Any]) -> str:
         f"batch_size = {s['batch_size']}",
         f"optimizer = {_toml(s['optimizer'])}",
         f"ranks = {s['ranks']}",
+        "",
+        "[launcher]",
+        "warm = true",
         "",
         "[space]",
         f"lr = {_toml(s['lr'])}",
@@ -214,27 +218,33 @@ def _gap(base: float | None, other: float | None) -> float | None:
 
 
 def compare(base: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
-    epochs_ratio = _ratio(r["epochs"], base["epochs"])
-    gap = _gap(base["best_val"], r["best_val"])
-    met = (
-        gap is not None
-        and epochs_ratio is not None
-        and gap <= GOAL_GAP_POINTS
-        and epochs_ratio <= GOAL_EPOCHS_RATIO
-    )
     return {
-        "epochs_ratio": epochs_ratio,
+        "wall_ratio": _ratio(r["wall_s"], base["wall_s"]),
+        "epochs_ratio": _ratio(r["epochs"], base["epochs"]),
         "rank_seconds_ratio": _ratio(r["rank_seconds"], base["rank_seconds"]),
         "train_rank_seconds_ratio": _ratio(r["train_rank_seconds"], base["train_rank_seconds"]),
-        "accuracy_gap": gap,
+        "accuracy_gap": _gap(base["best_val"], r["best_val"]),
         "test_accuracy_gap": _gap(base["best_test"], r["best_test"]),
-        **r,
-        "goal_met": met,
     }
+
+
+def _mean_se(xs: list[float | None]) -> dict[str, float | None]:
+    ys = [x for x in xs if x is not None]
+    if not ys:
+        return {"mean": None, "se": None, "n": 0}
+    se = statistics.stdev(ys) / len(ys) ** 0.5 if len(ys) > 1 else None
+    return {"mean": statistics.fmean(ys), "se": se, "n": len(ys)}
 
 
 def _f(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
+
+
+def _ms(stat: dict[str, Any], fmt: str) -> str:
+    if stat["mean"] is None:
+        return "-"
+    se = "" if stat["se"] is None else f"+-{format(stat['se'], fmt.lstrip('+'))}"
+    return f"{format(stat['mean'], fmt)}{se}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -242,72 +252,76 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="small run for CI (under 2 minutes)")
     p.add_argument("--json", help="write the figures to this JSON file")
     p.add_argument("--trials", type=int, help="trials per study (default: 24, --quick 6)")
+    p.add_argument("--seeds", type=int, help="strategy seeds per pruner (default 5, --quick 1)")
+    p.add_argument("--pruners", default=",".join(PRUNERS), help="comma-separated subset")
     p.add_argument("--keep", help="write the study files and journals here instead of a temp dir")
     args = p.parse_args(argv)
     s = settings(args.quick, args.trials)
+    seeds = args.seeds or (1 if args.quick else 5)
+    chosen = [name for name in args.pruners.split(",") if name]
+    unknown = sorted(set(chosen) - set(PRUNERS))
+    if unknown or "none" not in chosen:
+        raise SystemExit(f"--pruners: known {PRUNERS}, 'none' (the yardstick) included")
     tag = "quick" if args.quick else "full"
-    results: dict[str, dict[str, Any]] = {}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in chosen}
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="detol-pruning-") as tmp:
         where = Path(args.keep) if args.keep else Path(tmp)
         where.mkdir(parents=True, exist_ok=True)
-        for pruner in PRUNERS:
-            name = f"pruning-{tag}-{pruner}"
-            path = where / f"{name}.toml"
-            journal = where / f"{name}.journal"
-            if journal.exists():
-                journal.unlink()  # a fresh study each time, never a resumed one
-            path.write_text(study_file(name, pruner, s))
-            load = os.getloadavg()[0]
-            rc, wall, output = run_study(path, journal)
-            if rc not in (0, 1):
-                raise SystemExit(f"search run {path.name} exited with {rc}:\n{output[-4000:]}")
-            r = summarise(name, journal)
-            r["wall_s"] = wall
-            r["exit_code"] = rc
-            r["load_before"] = load  # 1-minute load average when the study started
-            results[pruner] = r
-            note = "" if rc == 0 else f" (search run exited {rc}: stopped early)"
-            print(
-                f"{pruner:<9} {wall:7.1f} s  {r['complete']} complete, {r['pruned']} pruned, "
-                f"{r['failed']} failed{note}",
-                flush=True,
-            )
+        for seed in range(seeds):
+            s_seed = {**s, "strategy": {**s["strategy"], "seed": seed}}
+            for pruner in chosen:
+                name = f"pruning-{tag}-{pruner}-s{seed}"
+                path = where / f"{name}.toml"
+                journal = where / f"{name}.journal"
+                if journal.exists():
+                    journal.unlink()  # a fresh study each time, never a resumed one
+                path.write_text(study_file(name, pruner, s_seed))
+                load = os.getloadavg()[0]
+                rc, wall, output = run_study(path, journal)
+                if rc not in (0, 1):
+                    raise SystemExit(f"search run {path.name} exited with {rc}:\n{output[-4000:]}")
+                r = summarise(name, journal)
+                r.update(seed=seed, wall_s=wall, exit_code=rc, load_before=load)
+                runs[pruner].append(r)
+                print(f"seed {seed} {pruner:<12} {wall:7.1f} s  {r['epochs']:>4} epochs  best "
+                      f"{_f(r['best_val'], '.4f')}  {r['complete']} complete, {r['pruned']} "
+                      f"pruned, {r['failed']} failed (load {load:.1f})", flush=True)
     total = time.perf_counter() - started
 
-    base = results["none"]
-    pruners = {name: compare(base, results[name]) for name in PRUNERS if name != "none"}
+    per_seed = {
+        name: [compare(runs["none"][i], r) for i, r in enumerate(runs[name])]
+        for name in chosen if name != "none"
+    }
+    summary = {
+        name: {key: _mean_se([c[key] for c in rows]) for key in rows[0]}
+        for name, rows in per_seed.items()
+    }
+    for stats in summary.values():
+        wall, gap = stats["wall_ratio"]["mean"], stats["accuracy_gap"]["mean"]
+        stats["goal_met"] = (wall is not None and gap is not None
+                             and wall <= GOAL_WALL_RATIO and gap <= GOAL_GAP_POINTS)
+    base = runs["none"]
     print()
     print(
-        f"Pruning, {s['dataset']} stack genome + lr, TPE seed {s['strategy']['seed']}, "
+        f"Pruning end to end, {s['dataset']} stack genome + lr, TPE, {seeds} seed(s), "
         f"{s['trials']} trials x {s['epochs']} epochs, {s['concurrency']} at a time, "
-        f"{s['ranks']} rank(s) per trial; {total / 60:.1f} min in all"
+        f"{s['ranks']} rank(s) per trial, warm pool; {total / 60:.1f} min in all"
     )
-    head = (
-        f"{'pruner':<9} {'epochs':>6} {'ratio':>6} {'rank-s':>8} {'ratio':>6} {'train':>6} "
-        f"{'best val':>8} {'gap pts':>7} {'test':>6} {'gap pts':>7} "
-        f"{'C/P/F':>8} {'wall s':>7}  goal"
-    )
+    print(f"no pruning (yardstick): wall {statistics.fmean(r['wall_s'] for r in base):.1f} s, "
+          f"{statistics.fmean(r['epochs'] for r in base):.0f} epochs, best val "
+          f"{statistics.fmean(r['best_val'] or 0 for r in base):.4f} (means over seeds)")
+    head = (f"{'pruner':<13} {'wall ratio':>12} {'rank-s ratio':>13} {'epochs ratio':>13} "
+            f"{'gap pts':>12} {'test gap':>12}  goal")
     print(head)
     print("-" * len(head))
-    for name in PRUNERS:
-        r = results[name]
-        c = pruners.get(name, {})
-        cpf = f"{r['complete']}/{r['pruned']}/{r['failed']}"
-        row = (
-            f"{name:<9} {r['epochs']:>6} {_f(c.get('epochs_ratio'), '.2f'):>6} "
-            f"{r['rank_seconds']:>8.1f} {_f(c.get('rank_seconds_ratio'), '.2f'):>6} "
-            f"{_f(c.get('train_rank_seconds_ratio'), '.2f'):>6} "
-            f"{_f(r['best_val'], '.4f'):>8} {_f(c.get('accuracy_gap'), '+.2f'):>7} "
-            f"{_f(r['best_test'], '.4f'):>6} {_f(c.get('test_accuracy_gap'), '+.2f'):>7} "
-            f"{cpf:>8} {r['wall_s']:>7.1f}  "
-        )
-        row += "yardstick" if not c else ("met" if c["goal_met"] else "not met")
-        print(row)
-    print(
-        f"goal: accuracy gap <= {GOAL_GAP_POINTS} points with epochs ratio <= "
-        f"{GOAL_EPOCHS_RATIO} (gap = unpruned best - pruned best, validation accuracy)"
-    )
+    for name, st in summary.items():
+        print(f"{name:<13} {_ms(st['wall_ratio'], '.2f'):>12} "
+              f"{_ms(st['rank_seconds_ratio'], '.2f'):>13} {_ms(st['epochs_ratio'], '.2f'):>13} "
+              f"{_ms(st['accuracy_gap'], '+.2f'):>12} {_ms(st['test_accuracy_gap'], '+.2f'):>12}  "
+              f"{'met' if st['goal_met'] else 'not met'}")
+    print(f"mean +- standard error over seeds; goal: wall ratio <= {GOAL_WALL_RATIO} at accuracy "
+          f"gap <= {GOAL_GAP_POINTS} points (gap = unpruned best - pruned best, validation)")
 
     if args.json:
         from mpi4py import MPI
@@ -316,26 +330,21 @@ def main(argv: list[str] | None = None) -> int:
             "benchmark": "pruning",
             "date": now_iso(),
             "machine": machine(
-                "torch",
-                "optuna",
-                "dask",
-                "distributed",
-                "mpi4py",
-                "mpich",
+                "torch", "optuna", "dask", "distributed", "mpi4py", "mpich",
                 mpi=MPI.Get_library_version().splitlines()[0],
             ),
             "quick": args.quick,
             "settings": {
                 **s,
-                "goal": {
-                    "accuracy_gap_points_max": GOAL_GAP_POINTS,
-                    "epochs_ratio_max": GOAL_EPOCHS_RATIO,
-                },
+                "seeds": seeds,
+                "goal": {"accuracy_gap_points_max": GOAL_GAP_POINTS,
+                         "wall_ratio_max": GOAL_WALL_RATIO},
                 "command": "search run STUDY --storage JOURNAL --no-progress",
                 "total_wall_s": total,
             },
-            "unpruned": base,
-            "pruners": pruners,
+            "runs": runs,
+            "per_seed": per_seed,
+            "summary": summary,
         }
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(doc, indent=1))

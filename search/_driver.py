@@ -171,14 +171,15 @@ class Driver:
     def _finished_count(self) -> int:
         return finished_configurations(self.study)
 
-    def _promote(self, counts: RunCounts) -> bool:
-        """Queue the best promotable paused trial, if any, as a continuation (asked next)."""
+    def _promote(self, counts: RunCounts, *, finishing: bool = False) -> bool:
+        """Queue the best promotable paused trial, if any, as a continuation (asked next).
+        ``finishing``: the budget of new configurations is spent (search._promotion)."""
         if self.promoter is None:
             return False
         waiting = self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
         if any(RESUME_OF_ATTR in t.user_attrs for t in waiting):
             return True  # queued before (by a retry, or a driver that stopped): asked next
-        for parent in self.promoter.promotable(self.study):
+        for parent in self.promoter.promotable(self.study, finishing=finishing):
             checkpoint = parent.user_attrs.get(CHECKPOINT_ATTR)
             if not isinstance(checkpoint, dict):
                 continue  # paused without a checkpoint: nothing to resume from
@@ -431,7 +432,8 @@ class Driver:
             # top 1/eta resumes; they are not new configurations, so the budget allows them.
             if not self._promote(counts):
                 configurations = sum(not r.continuation for r in running.values())
-                if counts.finished + configurations + untold >= trials:
+                spent = counts.finished + configurations + untold >= trials
+                if spent and not self._promote(counts, finishing=True):
                     break
             submitted = self._submit(counts)
             if submitted is not None:

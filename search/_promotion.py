@@ -14,8 +14,11 @@ nothing is promotable does a new configuration start.
 A chain of trials (a configuration, its promoted continuations, re-runs after a lost worker)
 is one *lineage*, named by its first trial's number (``detol:lineage``). A continuation begins
 with its parent's intermediate values, so its learning curve is whole; at a rung each lineage
-counts once. Optuna's storage is the only record: rungs, paused trials and promotions are all
-read back from it, so a driver that crashed resumes with the same rungs.
+counts once. When the budget of new configurations is spent, no rung grows any more, so each
+rung's top becomes at least its best configuration (``promotable(finishing=True)``): a finite
+study still trains its best configurations to the last epoch. Optuna's storage is the only
+record: rungs, paused trials and promotions are all read back from it, so a driver that
+crashed resumes with the same rungs.
 
 Hyperband (``brackets`` > 1) runs that many ASHA brackets side by side, bracket ``s`` with its
 first rung at ``min_resource * eta**s``; configuration ``n`` (its lineage) belongs to bracket
@@ -105,9 +108,14 @@ class PromotingHalving(optuna.pruners.BasePruner):
                     values.setdefault(n, value)
         return values
 
-    def _top(self, values: dict[int, float], direction: StudyDirection) -> set[int]:
-        """The lineages in the top ``floor(n / eta)`` (none while fewer than eta reached it)."""
+    def _top(
+        self, values: dict[int, float], direction: StudyDirection, *, at_least_one: bool = False
+    ) -> set[int]:
+        """The lineages in the top ``floor(n / eta)`` (none while fewer than eta reached it,
+        unless ``at_least_one``)."""
         k = len(values) // self.eta
+        if at_least_one and values:
+            k = max(k, 1)
         best_first = sorted(
             values, key=lambda n: values[n], reverse=direction == StudyDirection.MAXIMIZE
         )
@@ -130,9 +138,14 @@ class PromotingHalving(optuna.pruners.BasePruner):
         values[n] = trial.intermediate_values[epoch]  # this very report, however it is stored
         return n not in self._top(values, study.direction)
 
-    def promotable(self, study: optuna.Study) -> list[FrozenTrial]:
+    def promotable(self, study: optuna.Study, *, finishing: bool = False) -> list[FrozenTrial]:
         """Paused trials whose configuration is now in its rung's top ``1/eta`` and not yet
-        promoted: highest rung first, then best first."""
+        promoted: highest rung first, then best first.
+
+        ``finishing``: no new configuration will start (the budget is spent), so no rung will
+        grow any more; each rung's top is then at least its best configuration. Without this,
+        a finite study whose top rung holds fewer than eta configurations would end with none
+        trained to the last epoch."""
         trials = study.get_trials(deepcopy=False)
         continued = {
             int(t.user_attrs[RESUME_OF_ATTR]) for t in trials if RESUME_OF_ATTR in t.user_attrs
@@ -150,7 +163,8 @@ class PromotingHalving(optuna.pruners.BasePruner):
             key = (epoch, self.bracket(n))
             if key not in tops:
                 tops[key] = self._top(
-                    self._rung_values(trials, epoch, key[1]), study.direction
+                    self._rung_values(trials, epoch, key[1]), study.direction,
+                    at_least_one=finishing,
                 )
             if n in tops[key]:
                 out.append((-epoch, sign * t.intermediate_values[epoch], t))

@@ -158,7 +158,12 @@ def run(plan: Plan, *, progress: bool) -> int:
         return 128 + signum
     if _complete(study):
         out.print(best_table(study))
-    out.print(f"{counts.complete} complete, {counts.pruned} pruned, {counts.failed} failed in this "
+    paused = (f" ({counts.paused} paused at a rung, {counts.promoted} promoted)"
+              if counts.paused or counts.promoted else "")
+    out.print(f"{counts.complete} complete, {counts.pruned} pruned{paused}, {counts.failed} "
+              f"failed in this run; the study holds {counts.finished}/{plan.target} finished "
+              "configurations." if paused else
+              f"{counts.complete} complete, {counts.pruned} pruned, {counts.failed} failed in this "
               f"run; the study holds {counts.finished}/{plan.target} finished trials.")
     if counts.stopped_because:
         err.print(f"[red]{escape(counts.stopped_because)}[/]")
@@ -262,6 +267,8 @@ class Display:
 def _trial_line(kind: str, trial: Any, result: dict[str, Any], names: list[str]) -> str:
     what = {"complete": "[green]complete[/]", "pruned": "[yellow]pruned[/]",
             "failed": "[red]failed[/]"}[kind]
+    if result.get("state") == "paused":
+        what = "[yellow]paused[/]"
     values = result.get("values") or {}
     shown = " ".join(f"{m}={values[m]:.4g}" for m in names if m in values)
     params = " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
@@ -271,7 +278,13 @@ def _trial_line(kind: str, trial: Any, result: dict[str, Any], names: list[str])
         params = f"{params} [{summary}]" if params else f"[{summary}]"
     extra = format_seconds(result.get("sim_time_s") or result.get("wall_time_s") or 0.0) + " s"
     if "epochs_run" in result:
-        extra = f"{result['epochs_run']} ep, {extra}"
+        first = int(result.get("start_epoch") or 1)
+        last = first + int(result["epochs_run"]) - 1
+        epochs = f"{result['epochs_run']} ep" if first == 1 else f"ep {first}-{last}"
+        extra = f"{epochs}, {extra}"
+    parent = trial.user_attrs.get("detol:resume_of")
+    if parent is not None:
+        extra = f"resumed trial {parent}, {extra}"
     line = f"trial {trial.number:>3} {what} {escape(shown)} {escape(params)} ({extra})"
     if kind == "failed":
         reason = (str(result.get("exit_reason", "")).splitlines() or [""])[0][:300]

@@ -92,6 +92,18 @@ def test_paused_trials_become_promotable_as_more_arrive_best_and_highest_first()
     assert [t.number for t in pruner.promotable(study)] == [b.number, c.number]
 
 
+def test_when_no_new_configuration_comes_each_rung_promotes_at_least_its_best() -> None:
+    # Two configurations at rung 1 of eta 3: floor(2/3) = 0, so none would ever go on and a
+    # finite study would end with nothing trained to its last epoch.
+    study = _study(PromotingHalving(1, 3))
+    pruner = study.pruner
+    assert isinstance(pruner, PromotingHalving)
+    _paused(study, [0.3])
+    best = _paused(study, [0.6])
+    assert pruner.promotable(study) == []
+    assert [t.number for t in pruner.promotable(study, finishing=True)] == [best.number]
+
+
 def test_a_lineage_counts_once_at_a_rung() -> None:
     study = _study(PromotingHalving(1, 3))
     pruner = study.pruner
@@ -183,13 +195,13 @@ def test_paused_trials_resume_from_their_checkpoints_in_a_real_study(tmp_path: P
             parent.user_attrs["detol:lineage_rank_seconds"] + t.user_attrs["rank_seconds"]
         )
     complete = [t for t in trials if t.state is TrialState.COMPLETE]
-    assert all(max(t.intermediate_values) == 5 for t in complete)
+    assert complete and all(max(t.intermediate_values) == 5 for t in complete)
     # Nothing promotable is left behind, read back from the storage alone.
     study = optuna.load_study(study_name="promo", storage=open_storage(storage),
                               pruner=PromotingHalving(1, 3, max_resource=5))
     pruner = study.pruner
     assert isinstance(pruner, PromotingHalving)
-    assert pruner.promotable(study) == []
+    assert pruner.promotable(study) == [] and pruner.promotable(study, finishing=True) == []
     # A second run with a larger budget promotes on the same rungs, from the same storage.
     study_file = _promotion_study(tmp_path, trials=10)
     code, out, err = run_search("run", str(study_file), "--storage", storage, "--no-progress",
