@@ -74,6 +74,10 @@ def _training_columns(t: FrozenTrial, training: dict[str, Any]) -> dict[str, Any
         "flops": a.get("flops", np.nan),
         "samples_per_s": a.get("samples_per_s", np.nan),
     }
+    for key in ("start_epoch", "detol:paused_at", "detol:resume_of", "detol:lineage",
+                "detol:lineage_epochs"):
+        if key in a:  # a paused, promoted or resumed trial: its segment of the lineage
+            row[key.removeprefix("detol:")] = a[key]
     counters = a.get("counters")
     if isinstance(counters, dict):
         row.update({f"counters.{k}": v for k, v in counters.items()})

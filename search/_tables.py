@@ -95,8 +95,12 @@ def status_table(study: optuna.Study, storage_label: str) -> Table:
     dirs = [d.name.lower() for d in study.directions]
     table.add_row("objectives", ", ".join(f"{n} ({d})" for n, d in zip(names, dirs, strict=True)))
     table.add_row("trials", str(len(trials)))
+    paused = sum(1 for t in trials if "detol:paused_at" in t.user_attrs)
     for state in ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING"):
         table.add_row(f"  {state.lower()}", str(counts.get(state, 0)))
+        if state == "PRUNED" and paused:  # pause-and-promote: a paused trial is PRUNED
+            resumed = sum(1 for t in trials if "detol:resume_of" in t.user_attrs)
+            table.add_row("    paused", f"{paused} (promoted: {resumed} continuations)")
     best = best_trials(study, 1)
     if best and len(names) == 1:
         table.add_row("best", f"{_fmt(best[0].value)} (trial {best[0].number})")
