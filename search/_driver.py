@@ -157,7 +157,7 @@ class Driver:
         self.promoter: Any = built if getattr(built, "pauses", False) else None
         self.checkpoints = None
         if sf.checkpointing:
-            store = sf.checkpoints.store or str(artifact_directory(storage_url, study.study_name))
+            store = sf.checkpoints.store or str(artifact_directory(storage_url))
             if "://" not in store:
                 store = str(Path(store).expanduser().resolve())  # workers may run elsewhere
             self.checkpoints = {"store": store, "every": sf.checkpoints.every,
@@ -499,10 +499,13 @@ class Driver:
         return counts
 
 
-def artifact_directory(storage_url: str, study_name: str) -> Path:
-    """The default checkpoint store: ``detol-artifacts/STUDY`` beside a journal or SQLite
-    file, else under the working directory."""
-    return log_directory(storage_url, study_name).parent.parent / "detol-artifacts" / study_name
+def artifact_directory(storage_url: str) -> Path:
+    """The default checkpoint store, one for every study of the storage (artifact ids are
+    UUIDs): ``detol-artifacts`` beside a journal or SQLite file, else in the working
+    directory. ``search dashboard`` serves it."""
+    path = storage_file(storage_url)
+    base = Path(path).expanduser().resolve().parent if path else Path.cwd()
+    return base / "detol-artifacts"
 
 
 def log_directory(storage_url: str, study_name: str) -> Path:

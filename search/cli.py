@@ -264,6 +264,25 @@ def report(
         out.print(f"  note: {escape(line)}", highlight=False, soft_wrap=True)
 
 
+def _checkpoint_store(url: str, study: Any = None) -> Any:
+    """The artifact store the checkpoints are in (``study``'s ``[checkpoints] store``, else
+    the default beside the storage), when it exists, so the dashboard lists and serves them;
+    None otherwise."""
+    from search._columns import study_config
+    from search._driver import artifact_directory
+    from training.contract import artifact_store
+
+    where = None
+    if study is not None:
+        where = (study_config(study).get("checkpoints") or {}).get("store")
+    if where is None:
+        default = artifact_directory(url)
+        where = str(default) if default.is_dir() else None
+    if where is None or ("://" not in where and not Path(where).is_dir()):
+        return None
+    return artifact_store(where)
+
+
 @app.command()
 def dashboard(
     target: Annotated[str | None, typer.Argument(
@@ -293,7 +312,7 @@ def dashboard(
         except ImportError:
             raise StudyError("dashboard", "optuna-dashboard is not installed "
                              "(pip install optuna-dashboard)") from None
-        page = "/dashboard"
+        page, s = "/dashboard", None
         # Study names have no '/' (letters, digits, _ - .): anything path-like is a storage.
         if target is not None and not target.endswith(".toml") and (
                 "://" in target or "/" in target or target.endswith(".journal")
@@ -312,7 +331,7 @@ def dashboard(
                              "or a storage")
         else:
             url = DEFAULT_STORAGE
-        app_ = optuna_dashboard.wsgi(open_url(url))
+        app_ = optuna_dashboard.wsgi(open_url(url), artifact_store=_checkpoint_store(url, s))
         try:
             server = make_server("127.0.0.1", port, app_, server_class=Server,
                                  handler_class=QuietHandler)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -16,7 +18,8 @@ from search._promotion import (
     PromotingHalving,
     hyperband_brackets,
 )
-from tests.cli_helpers import run_search
+from tests.cli_helpers import run_search, search_command
+from tests.search.test_dashboard import _first_line, _free_port, _get
 from training.contract import CHECKPOINT_ATTR, open_storage
 
 
@@ -179,7 +182,7 @@ def test_paused_trials_resume_from_their_checkpoints_in_a_real_study(tmp_path: P
         checkpoint = parent.user_attrs[CHECKPOINT_ATTR]
         assert checkpoint["epoch"] == paused_at
         assert f"artifacts:{checkpoint['id']}" in parent.system_attrs
-        assert (tmp_path / "detol-artifacts" / "promo" / checkpoint["id"]).is_file()
+        assert (tmp_path / "detol-artifacts" / checkpoint["id"]).is_file()
         # It continued, not restarted: its own epochs start after the pause; curve whole.
         assert t.user_attrs["start_epoch"] == paused_at + 1
         last = max(t.intermediate_values)
@@ -209,3 +212,21 @@ def test_paused_trials_resume_from_their_checkpoints_in_a_real_study(tmp_path: P
     assert code == 0, out + err
     trials = optuna.load_study(study_name="promo", storage=open_storage(storage)).trials
     assert len([t for t in trials if RESUME_OF_ATTR not in t.user_attrs]) == 10
+    # optuna-dashboard, through `search dashboard`, serves a paused trial's checkpoint.
+    study = optuna.load_study(study_name="promo", storage=open_storage(storage))
+    paused = next(t for t in study.trials if PAUSED_ATTR in t.user_attrs)
+    artifact = paused.user_attrs[CHECKPOINT_ATTR]["id"]
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
+    proc = subprocess.Popen([*search_command(), "dashboard", "promo", "--storage", storage,
+                             "--port", str(port)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        _first_line(proc, 90)
+        status, body = _get(f"http://127.0.0.1:{port}/artifacts/{study._study_id}/"
+                            f"{paused._trial_id}/{artifact}")
+        assert status == 200
+        assert body == (tmp_path / "detol-artifacts" / artifact).read_bytes()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
