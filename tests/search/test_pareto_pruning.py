@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
@@ -15,8 +16,9 @@ from search._objectives import run_function_trial
 from search._pareto_pruning import DominatedPruner
 from search._registry import pruner_spec
 from search._study_file import parse_study
+from tests.cli_helpers import run_search
 from training._reporting import CONTINUE, STOP, OptunaReporter
-from training.contract import VECTOR_ATTR
+from training.contract import VECTOR_ATTR, open_storage
 
 ACC_PARAMS = ["maximize", "minimize"]  # val_accuracy, n_params
 
@@ -181,8 +183,6 @@ def test_rank_zeros_reporter_records_each_epochs_vector_and_asks_the_rule(tmp_pa
     sf = parse_study({"name": "mo", "metric": ["val_accuracy", "n_params"],
                       "pruner": {"name": "dominated", "startup_trials": 2}})
     spec = pruner_spec(sf.pruner.name, sf.pruner.spec_options(3)).to_json()
-    from training.contract import open_storage
-
     study = optuna.create_study(study_name="mo", storage=open_storage(journal),
                                 directions=sf.directions)
     for vector in ([0.9, 100.0], [0.95, 80.0]):
@@ -226,8 +226,6 @@ def test_a_function_objective_reports_vectors_and_is_pruned(
     sf = parse_study({"name": "fo", "objective": "vec_objective:objective",
                       "metric": ["acc", "size"], "direction": ["maximize", "minimize"],
                       "pruner": {"name": "dominated", "startup_trials": 2}})
-    from training.contract import open_storage
-
     study = optuna.create_study(study_name="fo", storage=open_storage(journal),
                                 directions=sf.directions)
 
@@ -251,3 +249,54 @@ def test_a_function_objective_reports_vectors_and_is_pruned(
     failed = run(0.5, "vec_objective:wrong_shape")
     assert failed["state"] == "failed"
     assert "report(1, value) got one number for ['acc', 'size']" in failed["exit_reason"]
+
+
+@pytest.mark.mpi
+def test_a_real_two_objective_study_stops_only_trials_most_others_dominate(
+    tmp_path: Path, write_study: Callable[..., Path]
+) -> None:
+    # digits, accuracy vs size: widths 8 to 128 and an lr range whose low end barely learns in
+    # three epochs, so a wide slow trial is dominated by the smaller ones that learn faster
+    # (with these seeds 3 of 18 trials are stopped, e.g. hidden 47 at lr 0.005 after epoch 1,
+    # dominated by 5 of the 6 before it).
+    fraction, startup, warmup, epochs = 0.5, 3, 1, 3
+    write_study(
+        top=f'metric = ["val_accuracy", "n_params"]\n[pruner]\nname = "dominated"\n'
+            f"fraction = {fraction}\nstartup_trials = {startup}\nwarmup_epochs = {warmup}",
+        training={"epochs": str(epochs), "ranks": "1"},
+        tail='[strategy]\nname = "random"\nseed = 3\n[budget]\ntrials = 18\n'
+             "[launcher]\nwarm = true\n[space]\n"
+             'hidden = { type = "int", low = 8, high = 128, log = true }\n'
+             'lr = { type = "float", low = 0.001, high = 0.3, log = true }',
+    )
+    code, out, err = run_search("run", "study.toml", "--storage", "s.journal", "--no-progress",
+                                cwd=tmp_path)
+    assert code == 0, out + err
+    # Read back with plain Optuna: one trial at a time (concurrency 1), so the trials that
+    # counted at trial k's epoch e are exactly the earlier ones that reached e.
+    trials = optuna.load_study(study_name="t", storage=open_storage(str(tmp_path / "s.journal"))
+                               ).get_trials()
+    assert len(trials) == 18
+    assert {t.state for t in trials} <= {TrialState.COMPLETE, TrialState.PRUNED}
+    directions = ["maximize", "minimize"]
+    pruned = [t for t in trials if t.state is TrialState.PRUNED]
+    assert pruned, "the dominated pruner stopped no trial"
+    for t in trials:
+        history = t.user_attrs["history"]
+        vectors = {k: v for k, v in t.user_attrs.items() if k.startswith(VECTOR_ATTR)}
+        assert vectors == {_key(r["epoch"]): [r["val_accuracy"], r["n_params"]] for r in history}
+        last = history[-1]["epoch"]
+        assert (last < epochs) is (t.state is TrialState.PRUNED)
+        earlier = trials[:t.number]
+        for epoch in range(1, last + 1):
+            mine = vectors[_key(epoch)]
+            others = [u.user_attrs[_key(epoch)] for u in earlier if _key(epoch) in u.user_attrs]
+            beaten_by = sum(dominates(u, mine, directions) for u in others)
+            judged = (epoch >= warmup and bool(others)
+                      and sum(u.state is TrialState.COMPLETE for u in earlier) >= startup)
+            stop = judged and beaten_by >= fraction * len(others)
+            if epoch < last:
+                assert not stop, (t.number, epoch, mine, others)  # it went on: not dominated
+            elif t.state is TrialState.PRUNED:
+                assert stop, (t.number, epoch, mine, others)
+                assert beaten_by > 0  # not on the Pareto front of its epoch
