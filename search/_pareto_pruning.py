@@ -24,9 +24,10 @@ Why this rule:
   and the same trials beat it in all of them. So a trial better than more than ``1 - fraction``
   of the others in any one objective (the smallest network, the most accurate one) goes on.
 
-``fraction = 0.5`` by default: a trial goes on unless the majority of the trials that reached
-its epoch are at least as good in every objective, the median rule of a single objective (this
-project's default pruner). Lower stops more; ``1`` stops only a trial every other one dominates.
+``fraction = 0.5`` by default: a trial goes on unless at least half of the trials that reached
+its epoch dominate it, the median rule of a single objective (this project's default pruner).
+Lower stops more; ``1`` stops only a trial every other one dominates. A pruned trial counts only
+at the epochs it reached, so later epochs compare survivors and the bar rises.
 
 >>> import optuna
 >>> study = optuna.create_study(directions=["maximize", "minimize"])
