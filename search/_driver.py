@@ -243,7 +243,7 @@ class Driver:
             trial_id=trial._trial_id,  # noqa: SLF001 - rank 0 reopens this very trial
             trial_number=trial.number,
             pruner=self.pruner,
-            report=len(self.sf.objectives) == 1,
+            report=True,  # a value per epoch, or a vector (several objectives)
             launcher=self.sf.launcher.command,
             env=self.job_env,
             timeout_s=self.sf.budget.trial_timeout,
@@ -292,7 +292,7 @@ class Driver:
             "storage_url": self.storage_url,
             "trial_id": trial._trial_id,  # noqa: SLF001 - the report callback reopens this trial
             "pruner": self.pruner,
-            "report": len(self.sf.objectives) == 1,
+            "report": True,
             "noise_seed": self.noise_seed + trial.number,
             "sys_path": [os.getcwd()],  # "pkg.module:function" imports as it does here
         }

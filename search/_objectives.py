@@ -5,7 +5,8 @@ worker, or a benchmark table that answers instead of training.
 parameters as a dict (a genome as its :class:`spaces.Genome` object) and returns the metric: a
 number (one objective), a sequence in ``metric`` order, or a dict ``{metric: value}``. If it
 takes a ``report`` argument, it gets ``report(step, value)``, which records an intermediate
-value and raises :class:`Pruned` when the study's pruner stops the trial::
+value (several objectives: a sequence in ``metric`` order or a dict, like the return value) and
+raises :class:`Pruned` when the study's pruner stops the trial::
 
     def objective(params, report):
         for epoch in range(10):
@@ -81,38 +82,42 @@ def is_benchmark(text: str | None) -> bool:
     return text is not None and text.partition(":")[0] in BENCHMARKS
 
 
-def _values(raw: Any, objectives: Sequence[str]) -> dict[str, float]:
+def _values(
+    raw: Any, objectives: Sequence[str], who: str = "the objective returned"
+) -> dict[str, float]:
     if isinstance(raw, Mapping):
         missing = [m for m in objectives if m not in raw]
         if missing:
-            raise ValueError(f"the objective returned {sorted(raw)} but not {missing}")
+            raise ValueError(f"{who} {sorted(raw)} but not {missing}")
         return {m: float(raw[m]) for m in objectives}
     if isinstance(raw, Sequence) and not isinstance(raw, str):
         if len(raw) != len(objectives):
-            raise ValueError(f"the objective returned {len(raw)} values for {list(objectives)}")
+            raise ValueError(f"{who} {len(raw)} values for {list(objectives)}")
         return {m: float(v) for m, v in zip(objectives, raw, strict=True)}
     if len(objectives) != 1:
-        raise ValueError(f"the objective returned one number for {list(objectives)}")
+        raise ValueError(f"{who} one number for {list(objectives)}")
     return {objectives[0]: float(raw)}
 
 
-def _reporter(task: Mapping[str, Any]) -> Callable[[int, float], None]:
-    from training._reporting import OptunaReporter
+def _reporter(task: Mapping[str, Any]) -> Callable[[int, Any], None]:
+    from training._reporting import CONTINUE, OptunaReporter
 
     reporter = None
 
-    def report(step: int, value: float) -> None:
+    def report(step: int, value: Any) -> None:
         nonlocal reporter
         if not task.get("report") or not task.get("storage_url"):
             return
+        row = _values(value, task["objectives"], who=f"report({step}, value) got")
         if reporter is None:
             reporter = OptunaReporter(
                 study_name=task["study_name"],
                 storage_url=task["storage_url"],
                 trial_id=task["trial_id"],
                 pruner=task.get("pruner"),
+                objectives=list(task["objectives"]),
             )
-        if reporter.report(int(step), float(value)):
+        if reporter.decide(int(step), row) != CONTINUE:
             raise Pruned(f"pruned after step {step}")
 
     return report

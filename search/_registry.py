@@ -226,6 +226,19 @@ def _top_half(o: dict[str, Any]) -> PrunerSpec:
     )
 
 
+def _dominated(o: dict[str, Any]) -> PrunerSpec:
+    # Several objectives: stop a trial whose epoch vector a fraction of the others dominate
+    # (search._pareto_pruning); one objective: a percentile pruner at 100 * fraction.
+    return PrunerSpec(
+        "search._pareto_pruning:DominatedPruner",
+        {
+            "fraction": o["fraction"],
+            "n_startup_trials": o["startup_trials"],
+            "n_warmup_steps": o["warmup_epochs"],
+        },
+    )
+
+
 def _patient(o: dict[str, Any]) -> PrunerSpec:
     inner = PRUNERS[o["wrapped"]](o)
     return PrunerSpec(
@@ -247,7 +260,10 @@ PRUNERS = {
     "threshold": _threshold,
     "patient": _patient,
     "top-half": _top_half,
+    "dominated": _dominated,
 }
+# The pruners a multi-objective study may use (Optuna's own prune one objective only).
+MULTI_OBJECTIVE_PRUNERS = ("dominated", "none")
 # The study-file options each pruner reads ("patient" also reads its wrapped pruner's).
 PRUNER_OPTIONS: dict[str, tuple[str, ...]] = {
     "none": (),
@@ -258,6 +274,7 @@ PRUNER_OPTIONS: dict[str, tuple[str, ...]] = {
     "threshold": ("lower", "upper", "warmup_epochs"),
     "patient": ("wrapped", "patience", "min_delta"),
     "top-half": ("startup_trials",),
+    "dominated": ("fraction", "startup_trials", "warmup_epochs"),
 }
 
 

@@ -35,7 +35,13 @@ from search._cluster_plans import (
 )
 from search._errors import StudyError, plain, pydantic_message, words
 from search._objectives import benchmark_space_check, check_objective, is_benchmark
-from search._registry import PRUNER_OPTIONS, PRUNERS, STRATEGIES, STRATEGY_OPTIONS
+from search._registry import (
+    MULTI_OBJECTIVE_PRUNERS,
+    PRUNER_OPTIONS,
+    PRUNERS,
+    STRATEGIES,
+    STRATEGY_OPTIONS,
+)
 from search._space_table import (
     TYPES,
     Dimension,
@@ -128,6 +134,9 @@ class Pruner(_Strict):
     startup_trials: int = Field(5, ge=0, description="trials that finish before any is pruned")
     warmup_epochs: int = Field(1, ge=0, description="epochs of each trial before it can be pruned")
     percentile: float = Field(25.0, gt=0, lt=100, description="percentile: keep trials above it")
+    fraction: float = Field(
+        0.5, gt=0, le=1, description="dominated: stop when this fraction of the others dominate"
+    )
     min_epochs: int = Field(1, ge=1, description="asha/hyperband: epochs before the first rung")
     max_epochs: int | None = Field(None, ge=1, description="hyperband: default training.epochs")
     reduction_factor: int = Field(3, ge=2, description="asha/hyperband: 1/r survive each rung")
@@ -382,11 +391,14 @@ class StudyFile(_Strict):
                     f"{len(self.directions)} direction(s) for {len(self.objectives)} metric(s)",
                 )
             )
-        if len(self.objectives) > 1 and self.pruner.name != "none":
+        if len(self.objectives) > 1 and self.pruner.name not in MULTI_OBJECTIVE_PRUNERS:
+            default = "" if "pruner" in self.model_fields_set else " (the default)"
             problems.append(
                 StudyError(
                     "pruner",
-                    'Optuna cannot prune multi-objective studies; set pruner = "none"',
+                    f"the {self.pruner.name!r} pruner{default} cannot prune multi-objective "
+                    'studies; set pruner = "dominated" (stop a trial that a fraction of the '
+                    'others dominate at the same epoch) or "none"',
                 )
             )
         if self.objective is not None:

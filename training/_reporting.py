@@ -7,6 +7,7 @@ at a rung; it may be resumed from its checkpoint when promoted) or ``STOP`` (pru
 from __future__ import annotations
 
 import importlib
+import math
 import warnings
 from collections.abc import Mapping
 from typing import Any, Literal, Protocol
@@ -19,6 +20,9 @@ Decision = Literal["continue", "pause", "stop"]
 CONTINUE: Decision = "continue"
 PAUSE: Decision = "pause"
 STOP: Decision = "stop"
+# + the epoch: a multi-objective trial's metrics at that epoch, a list in objective order (a
+# non-finite value as null), one attribute per epoch (search._pareto_pruning reads them).
+VECTOR_ATTR = "detol:vector:"
 
 
 class Reporter(Protocol):
@@ -57,7 +61,9 @@ class OptunaReporter:
     """Reports to the running trial ``trial_id`` of ``study_name`` in the storage at ``url``.
 
     ``objectives[0]`` is reported each epoch (Optuna's intermediate value, what its pruners
-    read). A pruner with ``pauses = True`` (search._promotion) pauses rather than stops.
+    read); in a multi-objective study, where Optuna refuses reports, the epoch's vector of
+    ``objectives`` is stored as the user attribute ``VECTOR_ATTR + epoch`` and the pruner is asked
+    directly. A pruner with ``pauses = True`` (search._promotion) pauses rather than stops.
     """
 
     def __init__(
@@ -79,13 +85,22 @@ class OptunaReporter:
         )
         self.trial = optuna.Trial(self.study, trial_id)
         self.objectives = objectives or ["val_accuracy"]
-        self.reports = reports  # False: a multi-objective study (Optuna refuses trial.report)
+        self.reports = reports  # False: record nothing, never prune
 
     def decide(self, epoch: int, row: Mapping[str, float]) -> Decision:
         if not self.reports:
             return CONTINUE
-        self.trial.report(float(row[self.objectives[0]]), step=epoch)
-        if not self.trial.should_prune():
+        if len(self.study.directions) > 1:
+            vector = [float(row[m]) for m in self.objectives]
+            self.trial.set_user_attr(
+                f"{VECTOR_ATTR}{epoch}", [v if math.isfinite(v) else None for v in vector]
+            )
+            # what trial.should_prune does, without its refusal of multi-objective studies
+            stop = self.pruner.prune(self.study, self.trial._get_latest_trial())  # noqa: SLF001
+        else:
+            self.trial.report(float(row[self.objectives[0]]), step=epoch)
+            stop = self.trial.should_prune()
+        if not stop:
             return CONTINUE
         return PAUSE if getattr(self.pruner, "pauses", False) else STOP
 

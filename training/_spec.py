@@ -17,7 +17,7 @@ class TrialSpec:
     trial_id: int | None = None
     trial_number: int | None = None
     pruner: dict[str, Any] | None = None
-    report: bool = True  # per-epoch trial.report; Optuna refuses it for multi-objective studies
+    report: bool = True  # per-epoch report (a vector attribute if multi-objective) + pruning
     launcher: str | list[str] = "mpiexec -n {ranks}"  # {ranks} is filled in
     env: dict[str, str] = field(default_factory=dict)
     timeout_s: float | None = None

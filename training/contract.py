@@ -21,7 +21,7 @@ from training._config import (
 )
 from training._data import check_dataset_loads
 from training._launcher import DEFAULT_LAUNCHER, SINGLE_NODE_ENV
-from training._reporting import build_pruner
+from training._reporting import VECTOR_ATTR, build_pruner
 from training._spec import TrialSpec
 from training._storage import DEFAULT_STORAGE, journal_path, open_storage, redact, storage_file
 
@@ -35,6 +35,7 @@ __all__ = [
     "SEARCHABLE",
     "SINGLE_NODE_ENV",
     "USED_BY",
+    "VECTOR_ATTR",
     "TrainConfig",
     "TrialSpec",
     "artifact_store",

@@ -295,7 +295,7 @@ def test_multi_objective_with_pruner(write_study: WriteStudy, journal: str) -> N
     path = write_study(top='metric = ["val_accuracy", "n_params"]\npruner = "median"')
     line = _error_line(*_run(path, journal))
     assert "study.toml: pruner:" in line
-    assert "multi-objective" in line and '"none"' in line
+    assert "multi-objective" in line and '"dominated"' in line and '"none"' in line
     _assert_no_study(journal)
 
 

@@ -40,6 +40,7 @@ def test_algorithm_and_ranks_are_searchable() -> None:
         ({"name": "patient", "wrapped": "median", "patience": 2, "warmup_epochs": 4},
          "PatientPruner"),
         ({"name": "top-half", "startup_trials": 3}, "MedianPruner"),
+        ({"name": "dominated", "fraction": 0.3, "warmup_epochs": 2}, "DominatedPruner"),
     ],
 )
 def test_every_pruner_builds_from_its_table_and_survives_json(table: dict, pruner_class: str) -> None:
@@ -54,6 +55,8 @@ def test_every_pruner_builds_from_its_table_and_survives_json(table: dict, prune
         assert spec.kwargs["max_resource"] == 9  # defaults to the training epochs
     if table["name"] == "top-half":  # judged after epoch 1 only
         assert pruner._n_warmup_steps == 1 and pruner._interval_steps == 10**9
+    if pruner_class == "DominatedPruner":
+        assert (pruner.fraction, pruner.n_startup_trials, pruner.n_warmup_steps) == (0.3, 5, 2)
     if pruner_class == "PatientPruner":
         assert type(pruner._wrapped_pruner).__name__ == "MedianPruner"
         assert pruner._wrapped_pruner._n_warmup_steps == 4
@@ -68,6 +71,10 @@ def test_every_pruner_builds_from_its_table_and_survives_json(table: dict, prune
         ({"name": "patient", "wrapped": "patient"}, "pruner.wrapped", "cannot wrap another"),
         ({"name": "patient", "wrapped": "median", "reduction_factor": 2}, "pruner.reduction_factor", "not an option"),
         ({"name": "asha", "reduction_factor": 1}, "pruner.reduction_factor", "greater than or equal to 2"),
+        ({"name": "dominated", "percentile": 30.0}, "pruner.percentile", "not an option of the 'dominated' pruner (its options: fraction, startup_trials, warmup_epochs)"),
+        ({"name": "dominated", "fraction": 0}, "pruner.fraction", "greater than 0"),
+        ({"name": "dominated", "fraction": 1.5}, "pruner.fraction", "less than or equal to 1"),
+        ({"name": "median", "fraction": 0.5}, "pruner.fraction", "not an option of the 'median' pruner"),
     ],
 )
 def test_pruner_options_belong_to_their_pruner(table: dict, where: str, message: str) -> None:
@@ -126,7 +133,8 @@ def test_space_overrides_training_per_trial_and_max_ranks_covers_the_space() -> 
         ({"name": "x", "budget": {"trials": 3, "retries": 2}}, "budget.retries", "unknown key"),
         ({"name": "x", "direction": ["maximize", "minimize"]}, "direction", "2 direction(s) for 1 metric(s)"),
         ({"name": "x", "direction": "up"}, "direction", "expected 'minimize' or 'maximize'"),
-        ({"name": "x", "metric": ["val_accuracy", "n_params"]}, "pruner", "cannot prune multi-objective"),
+        ({"name": "x", "metric": ["val_accuracy", "n_params"]}, "pruner", "the 'median' pruner (the default) cannot prune multi-objective studies; set pruner = \"dominated\""),
+        ({"name": "x", "metric": ["val_accuracy", "n_params"], "pruner": "asha"}, "pruner", "the 'asha' pruner cannot prune multi-objective"),
         ({"name": "bad name"}, "name", "is not a study name"),
         ({"name": "x", "space": {"lr": {"low": 1, "high": 2}}}, "space.lr", "needs a type"),
         ({"name": "x", "space": {"lr": {"type": "floaty", "low": 1, "high": 2}}}, "space.lr", "unknown type 'floaty'"),
@@ -144,6 +152,13 @@ def test_errors_name_the_field(data: dict, where: str, message: str) -> None:
     assert info.value.where == where
     assert message in info.value.message
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("pruner", ["dominated", "none"])
+def test_multi_objective_studies_take_the_dominated_pruner_or_none(pruner: str) -> None:
+    sf = parse_study({"name": "x", "metric": ["val_accuracy", "n_params"], "pruner": pruner})
+    assert sf.pruner.name == pruner and sf.directions == ["maximize", "minimize"]
+    assert parse_study({"name": "x", "pruner": pruner}).pruner.name == pruner  # one objective too
 
 
 def test_top_half_judges_only_the_first_epoch() -> None:
