@@ -45,6 +45,7 @@ from search._study_file import StudyFile
 from training.contract import (
     CHECKPOINT_ATTR,
     SINGLE_NODE_ENV,
+    VECTOR_ATTR,
     TrialSpec,
     build_pruner,
     storage_file,
@@ -203,16 +204,21 @@ class Driver:
     def _continue_curve(self, trial: optuna.Trial, resume: dict[str, Any]) -> None:
         """Give a trial that resumes from a checkpoint its writer's intermediate values up to
         the checkpoint's epoch: its learning curve is whole, and rungs see it."""
-        if len(self.sf.objectives) > 1:
-            return
         storage = self.study._storage  # noqa: SLF001 - one trial by number, not the whole study
         writer = storage.get_trial(
             storage.get_trial_id_from_study_id_trial_number(
                 self.study._study_id, int(resume["trial"])  # noqa: SLF001
             )
         )
+        last = int(resume["epoch"])
+        if len(self.sf.objectives) > 1:  # the epoch vectors (search._pareto_pruning)
+            for key, value in writer.user_attrs.items():
+                epoch = key.removeprefix(VECTOR_ATTR)
+                if key.startswith(VECTOR_ATTR) and epoch.isdigit() and int(epoch) <= last:
+                    trial.set_user_attr(key, value)
+            return
         for step, value in sorted(writer.intermediate_values.items()):
-            if step <= int(resume["epoch"]):
+            if step <= last:
                 trial.report(value, step)
 
     def _submit(self, counts: RunCounts) -> tuple[Future, _Running] | None:

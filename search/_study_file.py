@@ -301,6 +301,15 @@ class StudyFile(_Strict):
             data = {**data, "space": space, "space_genome": genome}
         return data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _multi_objective_pruner(cls, data: Any) -> Any:
+        # Optuna's pruners judge one objective: several objectives default to "dominated".
+        if (isinstance(data, dict) and "pruner" not in data
+                and isinstance(data.get("metric"), list) and len(data["metric"]) > 1):
+            return {**data, "pruner": "dominated"}
+        return data
+
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
@@ -392,11 +401,10 @@ class StudyFile(_Strict):
                 )
             )
         if len(self.objectives) > 1 and self.pruner.name not in MULTI_OBJECTIVE_PRUNERS:
-            default = "" if "pruner" in self.model_fields_set else " (the default)"
             problems.append(
                 StudyError(
                     "pruner",
-                    f"the {self.pruner.name!r} pruner{default} cannot prune multi-objective "
+                    f"the {self.pruner.name!r} pruner cannot prune multi-objective "
                     'studies; set pruner = "dominated" (stop a trial that a fraction of the '
                     'others dominate at the same epoch) or "none"',
                 )

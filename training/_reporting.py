@@ -103,7 +103,3 @@ class OptunaReporter:
         if not stop:
             return CONTINUE
         return PAUSE if getattr(self.pruner, "pauses", False) else STOP
-
-    def report(self, epoch: int, value: float) -> bool:
-        """One number for ``epoch`` (function objectives); True when the trial should end."""
-        return self.decide(epoch, {self.objectives[0]: value}) != CONTINUE

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from search import StudyError, load_study_file, parse_study
+from search._study_file import StudyFile
 
 
 def test_defaults_and_inferred_directions() -> None:
@@ -133,7 +134,6 @@ def test_space_overrides_training_per_trial_and_max_ranks_covers_the_space() -> 
         ({"name": "x", "budget": {"trials": 3, "retries": 2}}, "budget.retries", "unknown key"),
         ({"name": "x", "direction": ["maximize", "minimize"]}, "direction", "2 direction(s) for 1 metric(s)"),
         ({"name": "x", "direction": "up"}, "direction", "expected 'minimize' or 'maximize'"),
-        ({"name": "x", "metric": ["val_accuracy", "n_params"]}, "pruner", "the 'median' pruner (the default) cannot prune multi-objective studies; set pruner = \"dominated\""),
         ({"name": "x", "metric": ["val_accuracy", "n_params"], "pruner": "asha"}, "pruner", "the 'asha' pruner cannot prune multi-objective"),
         ({"name": "bad name"}, "name", "is not a study name"),
         ({"name": "x", "space": {"lr": {"low": 1, "high": 2}}}, "space.lr", "needs a type"),
@@ -259,3 +259,10 @@ def test_load_study_file_puts_the_file_name_before_every_mistake(tmp_path) -> No
 def test_every_shipped_study_file_is_valid(path: Path) -> None:
     sf = load_study_file(path)
     assert sf.name == path.stem
+
+
+def test_several_metrics_default_to_the_dominated_pruner() -> None:
+    sf = StudyFile.model_validate({"name": "x", "metric": ["val_accuracy", "n_params"]})
+    assert sf.pruner.name == "dominated"
+    one = StudyFile.model_validate({"name": "x"})
+    assert one.pruner.name == "median"
