@@ -219,11 +219,17 @@ def what_a_trial_is(sf: StudyFile) -> str:
 
 def _header(plan: Plan) -> str:
     sf, target, finished = plan.sf, plan.target, plan.finished
-    todo = (f"{target} trials" if not finished else
-            f"{finished} of {target} trials finished, {target - finished} to run")
+    unit = "configurations" if sf.pruner.promote else "trials"
+    todo = (f"{target} {unit}" if not finished else
+            f"{finished} of {target} {unit} finished, {target - finished} to run")
+    pruner = f"pruner {sf.pruner.name}" + (" (pause and promote)" if sf.pruner.promote else "")
+    if sf.checkpointing:
+        every = (f"every {sf.checkpoints.every} epochs" if sf.checkpoints.every > 1 else
+                 "every epoch" if sf.checkpoints.every == 1 else "on pauses")
+        pruner += f"; checkpoints {every}"
     return (f"study [bold]{escape(sf.name)}[/] in {escape(redact(plan.url))}: {todo}, "
             f"{plan.concurrency} at a time, {escape(what_a_trial_is(sf))}; {sf.strategy.name}, "
-            f"pruner {sf.pruner.name}")
+            f"{pruner}")
 
 
 class Display:
