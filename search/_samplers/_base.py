@@ -31,6 +31,10 @@ from optuna.trial import FrozenTrial, TrialState
 
 import spaces
 
+# + a parameter name: a system attribute on a trial whose value for that name was drawn at
+# random because the strategy's proposal had none for it (an edited space, a name the
+# objective asks for outside the space).
+FALLBACK_ATTR = "detol:fallback:"
 GENOME = "genome"  # the name a genome family has in a study's space
 # A chooser answers one decision: (rng, name, distribution) -> external value.
 Chooser = Callable[[np.random.Generator, str, BaseDistribution], Any]
@@ -299,6 +303,8 @@ class ProposalSampler(optuna.samplers.BaseSampler):
                     return value
             except (ValueError, TypeError):
                 pass
+        # Not the strategy's decision: marked, so a learner (REINFORCE) does not learn from it.
+        study._storage.set_trial_system_attr(tid, FALLBACK_ATTR + param_name, True)  # noqa: SLF001
         return self._random.sample_independent(study, trial, param_name, param_distribution)
 
     def after_trial(

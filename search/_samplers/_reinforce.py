@@ -31,6 +31,7 @@ from optuna.trial import FrozenTrial
 
 import spaces
 from search._samplers._base import (
+    FALLBACK_ATTR,
     ProposalSampler,
     candidate_key,
     complete_in_order,
@@ -190,7 +191,9 @@ class ReinforceSampler(ProposalSampler):
             numbers, policy = [], Policy(self._bins)
         s = sign(study)
         for t in done[len(numbers) :]:
-            taken = {n: (t.distributions[n], v) for n, v in t.params.items()}
+            # Only the policy's own draws are its actions: a random fallback value is not.
+            taken = {n: (t.distributions[n], v) for n, v in t.params.items()
+                     if FALLBACK_ATTR + n not in t.system_attrs}
             policy.update(
                 taken,
                 s * t.values[0],

@@ -166,6 +166,22 @@ def test_reinforce_replay_is_incremental_and_order_exact() -> None:
         np.testing.assert_allclose(fresh.logits[key], policy.logits[key])
 
 
+def test_reinforce_learns_only_from_its_own_draws_not_random_fallbacks() -> None:
+    # "extra" is asked by the objective but not in the strategy's space: Optuna's contract
+    # has the sampler answer it (at random), and the policy must not count it as an action.
+    sampler = ReinforceSampler(space=SPACE, seed=0)
+    study = optuna.create_study(sampler=sampler, direction="maximize")
+    for _ in range(6):
+        trial = study.ask()
+        params = SPACE.suggest(trial)
+        extra = trial.suggest_float("extra", 0.0, 1.0)
+        study.tell(trial, params["x"] + extra)
+    policy = sampler.policy(study)
+    assert "extra" not in policy.logits and "x" in policy.logits
+    assert all(t.system_attrs.get("detol:fallback:extra") for t in study.trials)
+    assert not any("detol:fallback:x" in t.system_attrs for t in study.trials)
+
+
 @pytest.mark.parametrize("name", ["evolution", "reinforce"])
 def test_concurrent_asks_propose_distinct_candidates(name: str) -> None:
     study = make_study(name, 1)
