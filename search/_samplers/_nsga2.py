@@ -7,34 +7,27 @@ takes the step that makes a child from the parent population as an argument
 tournament by Pareto dominance picks each parent, the genomes cross with ``spaces.crossover``
 (scalars swap uniformly) with probability ``crossover_prob``, then each unit (the genome, each
 scalar) mutates with probability ``mutation_prob`` (default 1 / units; at least one), the genome
-through ``spaces.mutate``. Constraints are not looked at.
+through ``spaces.mutate``. Dominance is Optuna's own test, with its constraint handling (a
+feasible parent beats an infeasible one) when the sampler has a ``constraints_func``.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution
-from optuna.study import Study, StudyDirection
+from optuna.samplers.nsgaii._constraints_evaluation import _constrained_dominates
+from optuna.study import Study
+from optuna.study._constrained_optimization import _is_constrained_optimization
+from optuna.study._multi_objective import _dominates
 from optuna.trial import FrozenTrial
 
 import spaces
 from search._samplers._base import GENOME, family_of, genome_or_fresh
 from search._samplers._evolution import mutate_scalar
-
-
-def _dominates(
-    a: Sequence[float], b: Sequence[float], directions: Sequence[StudyDirection]
-) -> bool:
-    signed = [
-        (x, y) if d == StudyDirection.MINIMIZE else (-x, -y)
-        for x, y, d in zip(a, b, directions, strict=True)
-    ]
-    return all(x <= y for x, y in signed) and any(x < y for x, y in signed)
 
 
 class GenomeChildGeneration:
@@ -63,10 +56,14 @@ class GenomeChildGeneration:
         self._rng = np.random.default_rng()
 
     def _parent(self, study: Study, population: list[FrozenTrial]) -> dict[str, Any]:
+        # Optuna's own dominance tests, the constrained one when the trials carry constraints
+        # (as Optuna's child generation does): a feasible trial beats an infeasible one.
+        dominates = (_constrained_dominates if _is_constrained_optimization(population)
+                     else _dominates)
         i, j = self._rng.choice(len(population), size=2, replace=len(population) < 2)
         a, b = population[i], population[j]
-        b_wins = _dominates(b.values, a.values, study.directions)
-        tie = not b_wins and not _dominates(a.values, b.values, study.directions)
+        b_wins = dominates(b, a, study.directions)
+        tie = not b_wins and not dominates(a, b, study.directions)
         if b_wins or (tie and self._rng.random() < 0.5):
             a = b
         return dict(a.params)

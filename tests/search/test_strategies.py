@@ -211,6 +211,31 @@ def test_scalar_only_space(name: str) -> None:
     assert len({candidate_key(space, t.params) for t in study.trials}) == 20
 
 
+def test_nsga2_tournament_prefers_a_feasible_parent_under_constraints() -> None:
+    # Optuna's constrained dominance: a feasible trial beats an infeasible one whatever the
+    # values; without constraints the better values win.
+    from optuna.trial import create_trial
+
+    from search._samplers import GenomeChildGeneration
+
+    dist = {"x": optuna.distributions.FloatDistribution(-1.0, 1.0)}
+    directions = ["minimize", "minimize"]
+    study = optuna.create_study(directions=directions)
+    best_but_infeasible = create_trial(values=[0.0, 0.0], params={"x": 0.1}, distributions=dist,
+                                       system_attrs={"constraints": [1.0]})
+    worse_but_feasible = create_trial(values=[1.0, 1.0], params={"x": 0.9}, distributions=dist,
+                                      system_attrs={"constraints": [-1.0]})
+    generation = GenomeChildGeneration(
+        space=spaces.Space({"x": spaces.Float(low=-1.0, high=1.0)}), seed=0)
+    picks = {generation._parent(study, [best_but_infeasible, worse_but_feasible])["x"]  # noqa: SLF001
+             for _ in range(40)}
+    assert picks == {0.9}
+    free = [create_trial(values=t.values, params=t.params, distributions=dist)
+            for t in (best_but_infeasible, worse_but_feasible)]
+    picks = [generation._parent(study, free)["x"] for _ in range(200)]  # noqa: SLF001
+    assert 0.1 in picks and picks.count(0.1) > picks.count(0.9)  # a tie only when i == j
+
+
 def test_nsga2_children_come_from_the_genome_operators() -> None:
     sampler = build_sampler("nsga2", {"population": 6}, 0, SPACE, ["maximize", "minimize"])
     study = optuna.create_study(sampler=sampler, directions=["maximize", "minimize"])
