@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import optuna
 
 from search import parse_study
 from search._study_file import StudyFile
+from training import Dataset
 
 SAMPLE_SEED = 0  # the configurations' RandomSampler seed
 
@@ -75,7 +77,7 @@ def _write(path: Path, doc: dict[str, Any]) -> None:
     os.replace(tmp, path)  # a reader (or a kill) never sees half a file
 
 
-def train_curve(sf: StudyFile, config: dict[str, Any], data: Any) -> dict[str, Any]:
+def train_curve(sf: StudyFile, config: dict[str, Any], data: Dataset) -> dict[str, Any]:
     """Train one configuration for every epoch on ``MPI.COMM_SELF``, in process, no pruning."""
     from mpi4py import MPI
 
@@ -103,7 +105,12 @@ def train_curve(sf: StudyFile, config: dict[str, Any], data: Any) -> dict[str, A
 
 
 def record(
-    path: Path, s: dict[str, Any], datasets: list[str], n_configs: int, *, log: Any = print
+    path: Path,
+    s: dict[str, Any],
+    datasets: list[str],
+    n_configs: int,
+    *,
+    log: Callable[..., None] = print,
 ) -> dict[str, Any]:
     """Record the missing curves of the first ``n_configs`` configurations on each dataset."""
     from training import load_dataset
