@@ -30,11 +30,9 @@ Pruners: ``none``; ``median`` (startup_trials 5, warmup_epochs 2, as pruning.py)
 ``percentile`` (25: only the top quarter goes on; startup 5, warmup 2); ``asha`` (Optuna's
 SuccessiveHalvingPruner, a stop: min_epochs 1, reduction_factor 3); ``hyperband`` (Optuna's,
 min 1, max 12, factor 3); ``patient`` (stop after 3 epochs without improvement); ``top-half``
--- the yardstick, Egele et al. 2024's rule as the registry builds it: after epoch 1 stop a trial
-below the median (Optuna's MedianPruner, startup_trials 5, never looks again; Optuna 5 takes the
-median over COMPLETE trials only, the survivors, so it keeps about a quarter at c = 1, a third
-at c = 4); ``top-half-all`` -- the rule as written: the median over every trial's epoch 1
-(``TopHalfOfAll``); ``asha-promote`` (``PromotingHalving(min_resource=1, reduction_factor=3)``:
+-- the yardstick, Egele et al. 2024's one-epoch rule (``search._top_half``): after epoch 1 stop
+a trial below the median epoch-1 value of every trial that has one (startup_trials 5), never
+look again; ``asha-promote`` (``PromotingHalving(min_resource=1, reduction_factor=3)``:
 rungs 1, 3, 9) and ``hyperband-promote`` (its asynchronous Hyperband: ``hyperband_brackets(1,
 12, 3)`` = 3 brackets, max_resource 12).
 
@@ -91,8 +89,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 CONCURRENCY = (1, 4)
 YARDSTICK = "top-half"
 PROMOTING = ("asha-promote", "hyperband-promote")
-LITERAL = "top-half-all"  # Egele et al.'s rule as written: the median of every trial's epoch 1
-EXTRA = (LITERAL, *PROMOTING)  # pruners built here, not from the registry
+EXTRA = PROMOTING  # pruners built here, not from the registry
 GOAL_EPOCHS_RATIO = 0.30
 GOAL_REGRET_POINTS = 0.3
 
@@ -114,40 +111,14 @@ def settings(quick: bool) -> dict[str, Any]:
         "orders": 5 if quick else 20,
         "pruners": {name: pruners[name] for name in order},
         "extra": {
-            LITERAL: {"startup_trials": e2e["pruners"][YARDSTICK]["startup_trials"]},
             **{name: {"min_resource": 1, "reduction_factor": 3} for name in PROMOTING},
         },
     }
 
 
-class TopHalfOfAll(optuna.pruners.BasePruner):
-    """After epoch 1, stop a trial below the median epoch-1 value of every trial that has one
-    (complete, pruned or running, itself included) once ``startup_trials`` others have; never
-    look again. The registry's ``top-half`` (Optuna's MedianPruner) compares with COMPLETE trials
-    only -- the survivors -- so its bar rises as the study goes on."""
-
-    def __init__(self, startup_trials: int) -> None:
-        self.startup_trials = startup_trials
-
-    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
-        if trial.last_step != 1:
-            return False
-        values = [
-            t.intermediate_values[1]
-            for t in study.get_trials(deepcopy=False)
-            if t.number != trial.number and 1 in t.intermediate_values
-        ]
-        if len(values) < self.startup_trials:
-            return False
-        own = trial.intermediate_values[1]
-        return own < statistics.median([*values, own])
-
-
 def pruner_factory(name: str, s: dict[str, Any]) -> Callable[[], optuna.pruners.BasePruner]:
     """A fresh pruner per replay, built as a study file's ``[pruner]`` table builds it."""
     epochs = s["epochs"]
-    if name == LITERAL:
-        return lambda: TopHalfOfAll(**s["extra"][LITERAL])
     if name == "asha-promote":
         return lambda: PromotingHalving(min_resource=1, reduction_factor=3)
     if name == "hyperband-promote":

@@ -13,7 +13,9 @@ trial -- a new trial with the same configuration, ``detol:resume_of`` / ``detol:
 which re-reports its parent's values (the curve is whole) and trains on from the next epoch of
 the same curve, as if from its checkpoint -- and only when nothing is promotable starts the next
 configuration. When every configuration has started, free workers keep promoting until nothing
-is promotable. A curve shorter than ``epochs`` is a run that diverged: it fails after its last.
+is promotable, each rung's top then being at least its best configuration, as in the driver
+(``promotable(finishing=True)``). A curve shorter than ``epochs`` is a run that diverged: it
+fails after its last.
 
 >>> curves = [[0.1 * i, 0.1 * i + 0.05] for i in range(1, 7)]
 >>> run = replay(curves, optuna.pruners.NopPruner(), concurrency=2, order=range(6))
@@ -140,6 +142,9 @@ class _Replay:
         """Free workers: promote first, else start the next configuration."""
         while self.running < self.concurrency:
             waiting = self.promotable(self.study) if self.promotable is not None else []
+            if not waiting and not self.queue and self.promotable is not None:
+                # Every configuration has started: the driver's end game (no rung grows).
+                waiting = self.promotable(self.study, finishing=True)
             if waiting:
                 parent = waiting[0]
                 self.counts["promotions"] += 1

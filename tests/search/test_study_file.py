@@ -40,7 +40,7 @@ def test_algorithm_and_ranks_are_searchable() -> None:
         ({"name": "threshold", "lower": 0.2}, "ThresholdPruner"),
         ({"name": "patient", "wrapped": "median", "patience": 2, "warmup_epochs": 4},
          "PatientPruner"),
-        ({"name": "top-half", "startup_trials": 3}, "MedianPruner"),
+        ({"name": "top-half", "startup_trials": 3}, "TopHalfPruner"),
         ({"name": "dominated", "fraction": 0.3, "warmup_epochs": 2}, "DominatedPruner"),
     ],
 )
@@ -54,8 +54,8 @@ def test_every_pruner_builds_from_its_table_and_survives_json(table: dict, prune
     assert type(pruner).__name__ == pruner_class
     if pruner_class == "HyperbandPruner":
         assert spec.kwargs["max_resource"] == 9  # defaults to the training epochs
-    if table["name"] == "top-half":  # judged after epoch 1 only
-        assert pruner._n_warmup_steps == 1 and pruner._interval_steps == 10**9
+    if table["name"] == "top-half":
+        assert pruner.startup_trials == 3
     if pruner_class == "DominatedPruner":
         assert (pruner.fraction, pruner.n_startup_trials, pruner.n_warmup_steps) == (0.3, 5, 2)
     if pruner_class == "PatientPruner":
@@ -181,6 +181,32 @@ def test_top_half_judges_only_the_first_epoch() -> None:
     assert not late.should_prune()
     late.report(0.1, 2)  # collapses later: the rule no longer looks
     assert not late.should_prune()
+
+
+def test_top_half_takes_the_median_of_every_trial_not_only_the_survivors() -> None:
+    # Egele et al.'s rule: the median of all epoch-1 values. Optuna's MedianPruner would take
+    # the complete trials' only (0.8, 0.9: median 0.85) and stop 0.5; here the pruned trials'
+    # 0.1, 0.2, 0.3 count too: median 0.4, and 0.5 goes on.
+    import optuna
+    from optuna.trial import TrialState
+
+    from search._registry import pruner_spec
+
+    sf = parse_study({"name": "x", "pruner": {"name": "top-half", "startup_trials": 2}})
+    study = optuna.create_study(direction="maximize",
+                                pruner=pruner_spec("top-half", sf.pruner.spec_options(5)).build())
+    for value, state in ((0.8, TrialState.COMPLETE), (0.9, TrialState.COMPLETE),
+                         (0.1, TrialState.PRUNED), (0.2, TrialState.PRUNED),
+                         (0.3, TrialState.PRUNED)):
+        t = study.ask()
+        t.report(value, 1)
+        study.tell(t, value if state == TrialState.COMPLETE else None, state=state)
+    middle = study.ask()
+    middle.report(0.5, 1)
+    assert not middle.should_prune()
+    low = study.ask()
+    low.report(0.25, 1)  # median of 0.8, 0.9, 0.1, 0.2, 0.3, 0.5 (running) and 0.25: 0.3
+    assert low.should_prune()
 
 
 def test_every_mistake_is_reported_at_once_in_plain_words() -> None:
