@@ -133,7 +133,9 @@ class Pruner(_Strict):
     name: Annotated[str, _one_of(PRUNERS, "pruner")] = "median"
     startup_trials: int = Field(5, ge=0, description="trials that finish before any is pruned")
     warmup_epochs: int = Field(1, ge=0, description="epochs of each trial before it can be pruned")
-    percentile: float = Field(25.0, gt=0, lt=100, description="percentile: keep the top percentile % (25: the top quarter)")
+    percentile: float = Field(
+        25.0, gt=0, lt=100, description="percentile: keep the top percentile % (25: a quarter)"
+    )
     fraction: float = Field(
         0.5, gt=0, le=1, description="dominated: stop when this fraction of the others dominate"
     )
