@@ -194,8 +194,22 @@ class Checkpoints(_Strict):
     store: str | None = Field(
         None,
         description="a directory, s3://BUCKET or gs://BUCKET; default: "
-        "detol-artifacts/STUDY beside the storage file",
+        "detol-artifacts beside the storage file",
     )
+
+    @field_validator("store")
+    @classmethod
+    def _store(cls, v: str | None) -> str | None:
+        if v is not None:
+            scheme, sep, rest = v.partition("://")
+            bucket = scheme in ("s3", "gs")
+            if not v.strip() or (sep and (scheme not in ("file", "s3", "gs") or not rest
+                                          or (bucket and "/" in rest.rstrip("/")))):
+                raise ValueError(
+                    f"{v!r}: expected a directory, s3://BUCKET or gs://BUCKET (a whole bucket: "
+                    "Optuna's artifact stores take no prefix)"
+                )
+        return v
 
 
 class Launcher(_Strict):

@@ -16,7 +16,7 @@ CHECKPOINT_ATTR = "detol:checkpoint"
 class CheckpointPlan:
     """Where checkpoints go and how often: from the study file's ``[checkpoints]`` table."""
 
-    store: str  # a directory, s3://bucket[/prefix] or gs://bucket[/prefix]
+    store: str  # a directory, s3://bucket or gs://bucket
     every: int = 0  # epochs between two checkpoints; 0: only when the trial pauses
     keep: int = 2  # newest checkpoints kept per trial
 

@@ -347,3 +347,31 @@ def test_status_missing_study_real_process(journal: str, tmp_path: Path) -> None
     optuna.create_study(study_name="other", storage=open_storage(journal))
     line = _error_line(*_cli_subprocess("status", "missing", "--storage", journal, cwd=tmp_path))
     assert "'missing'" in line and "found: other" in line
+
+
+@pytest.mark.parametrize(
+    ("tail", "where", "expected"),
+    [
+        ('[checkpoints]\nstore = "ftp://host/x"', "checkpoints.store", "expected a directory"),
+        ('[checkpoints]\nstore = "s3://bucket/prefix"', "checkpoints.store", "take no prefix"),
+        ("[checkpoints]\nevery = -1", "checkpoints.every", "greater than or equal to 0"),
+        ('[pruner]\nname = "median"\npromote = true', "pruner.promote",
+         "not an option of the 'median' pruner"),
+    ],
+    ids=["store-scheme", "store-prefix", "every-negative", "promote-median"],
+)
+def test_bad_checkpoints_or_promotion(write_study: WriteStudy, journal: str, tail: str,
+                                      where: str, expected: str) -> None:
+    line = _error_line(*_run(write_study(tail=tail), journal))
+    assert f"{where}:" in line and expected in line, line
+    _assert_no_study(journal)
+
+
+def test_promotion_needs_trials_that_train(tmp_path: Path, journal: str) -> None:
+    study = tmp_path / "f.toml"
+    study.write_text('name = "f"\nobjective = "math:sqrt"\nmetric = "y"\n'
+                     'direction = "maximize"\n[pruner]\nname = "asha"\npromote = true\n'
+                     '[space]\nx = { type = "float", low = 0, high = 1 }\n')
+    line = _error_line(*_run(study, journal))
+    assert "pruner.promote: needs trials that train" in line, line
+    _assert_no_study(journal)
