@@ -30,8 +30,9 @@ from search._backend import run_trial_on_worker
 from search._cluster_plans import MPI
 from search._cluster_watch import ClusterFailed
 from search._objectives import is_benchmark, run_function_trial
-from search._promotion import LINEAGE_ATTR, PAUSED_ATTR, RESUME_OF_ATTR, lineage
+from search._promotion import PAUSED_ATTR, RESUME_OF_ATTR
 from search._registry import pruner_spec
+from search._segments import artifact_directory, continue_curve, queue_promotion
 from search._study import (
     DRIVER_ATTR,
     HEARTBEAT_ATTR,
@@ -43,9 +44,7 @@ from search._study import (
 )
 from search._study_file import StudyFile
 from training.contract import (
-    CHECKPOINT_ATTR,
     SINGLE_NODE_ENV,
-    VECTOR_ATTR,
     TrialSpec,
     build_pruner,
     storage_file,
@@ -177,49 +176,9 @@ class Driver:
         ``finishing``: the budget of new configurations is spent (search._promotion)."""
         if self.promoter is None:
             return False
-        waiting = self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-        if any(RESUME_OF_ATTR in t.user_attrs for t in waiting):
-            return True  # queued before (by a retry, or a driver that stopped): asked next
-        for parent in self.promoter.promotable(self.study, finishing=finishing):
-            checkpoint = parent.user_attrs.get(CHECKPOINT_ATTR)
-            if not isinstance(checkpoint, dict):
-                continue  # paused without a checkpoint: nothing to resume from
-            self.study.enqueue_trial(
-                parent.params,
-                user_attrs={
-                    RESUME_OF_ATTR: parent.number,
-                    LINEAGE_ATTR: lineage(parent),
-                    RESUME_FROM_ATTR: {"id": checkpoint["id"], "epoch": int(checkpoint["epoch"]),
-                                       "trial": parent.number},
-                    "detol:lineage_epochs": parent.user_attrs.get("detol:lineage_epochs", 0),
-                    "detol:lineage_rank_seconds": parent.user_attrs.get(
-                        "detol:lineage_rank_seconds", 0.0),
-                },
-                skip_if_exists=False,
-            )
-            counts.promoted += 1
-            return True
-        return False
-
-    def _continue_curve(self, trial: optuna.Trial, resume: dict[str, Any]) -> None:
-        """Give a trial that resumes from a checkpoint its writer's intermediate values up to
-        the checkpoint's epoch: its learning curve is whole, and rungs see it."""
-        storage = self.study._storage  # noqa: SLF001 - one trial by number, not the whole study
-        writer = storage.get_trial(
-            storage.get_trial_id_from_study_id_trial_number(
-                self.study._study_id, int(resume["trial"])  # noqa: SLF001
-            )
-        )
-        last = int(resume["epoch"])
-        if len(self.sf.objectives) > 1:  # the epoch vectors (search._pareto_pruning)
-            for key, value in writer.user_attrs.items():
-                epoch = key.removeprefix(VECTOR_ATTR)
-                if key.startswith(VECTOR_ATTR) and epoch.isdigit() and int(epoch) <= last:
-                    trial.set_user_attr(key, value)
-            return
-        for step, value in sorted(writer.intermediate_values.items()):
-            if step <= last:
-                trial.report(value, step)
+        queued = queue_promotion(self.study, self.promoter, finishing=finishing)
+        counts.promoted += queued == "queued"
+        return queued is not None
 
     def _submit(self, counts: RunCounts) -> tuple[Future, _Running] | None:
         trial = self.study.ask()
@@ -237,7 +196,7 @@ class Driver:
                 config = config.model_validate({**config.model_dump(), "genome": genome.to_dict()})
                 _record_genome(trial, genome)
             if resume is not None:
-                self._continue_curve(trial, resume)
+                continue_curve(self.study, trial, resume, len(self.sf.objectives) > 1)
         except Exception as exc:  # a sampler or space problem fails this trial, not the study
             self._fail(trial, counts, {"exit_reason": f"could not build the trial: {exc}"})
             return None
@@ -503,15 +462,6 @@ class Driver:
                 self.study.tell(run.trial, state=TrialState.FAIL)
             raise
         return counts
-
-
-def artifact_directory(storage_url: str) -> Path:
-    """The default checkpoint store, one for every study of the storage (artifact ids are
-    UUIDs): ``detol-artifacts`` beside a journal or SQLite file, else in the working
-    directory. ``search dashboard`` serves it."""
-    path = storage_file(storage_url)
-    base = Path(path).expanduser().resolve().parent if path else Path.cwd()
-    return base / "detol-artifacts"
 
 
 def log_directory(storage_url: str, study_name: str) -> Path:

@@ -269,7 +269,7 @@ def _checkpoint_store(url: str, study: Any = None) -> Any:
     the default beside the storage), when it exists, so the dashboard lists and serves them;
     None otherwise."""
     from search._columns import study_config
-    from search._driver import artifact_directory
+    from search._segments import artifact_directory
     from training.contract import artifact_store
 
     where = None

@@ -1,0 +1,76 @@
+"""A trial's segments: continuations that resume from a checkpoint (a promoted paused trial,
+a re-run after a lost worker), as the driver queues and starts them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import optuna
+from optuna.trial import TrialState
+
+from search._promotion import LINEAGE_ATTR, RESUME_OF_ATTR, lineage
+from search._study import RESUME_FROM_ATTR
+from training.contract import CHECKPOINT_ATTR, VECTOR_ATTR, storage_file
+
+
+def artifact_directory(storage_url: str) -> Path:
+    """The default checkpoint store, one for every study of the storage (artifact ids are
+    UUIDs): ``detol-artifacts`` beside a journal or SQLite file, else in the working
+    directory. ``search dashboard`` serves it."""
+    path = storage_file(storage_url)
+    base = Path(path).expanduser().resolve().parent if path else Path.cwd()
+    return base / "detol-artifacts"
+
+
+def queue_promotion(
+    study: optuna.Study, promoter: Any, *, finishing: bool = False
+) -> Literal["queued", "waiting"] | None:
+    """Enqueue the best promotable paused trial as a continuation ("queued"); "waiting" when
+    a continuation is queued already (by a retry, or a driver that stopped); None when
+    nothing can be promoted. ``finishing``: no new configuration will start."""
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    if any(RESUME_OF_ATTR in t.user_attrs for t in waiting):
+        return "waiting"
+    for parent in promoter.promotable(study, finishing=finishing):
+        checkpoint = parent.user_attrs.get(CHECKPOINT_ATTR)
+        if not isinstance(checkpoint, dict):
+            continue  # paused without a checkpoint: nothing to resume from
+        study.enqueue_trial(
+            parent.params,
+            user_attrs={
+                RESUME_OF_ATTR: parent.number,
+                LINEAGE_ATTR: lineage(parent),
+                RESUME_FROM_ATTR: {"id": checkpoint["id"], "epoch": int(checkpoint["epoch"]),
+                                   "trial": parent.number},
+                "detol:lineage_epochs": parent.user_attrs.get("detol:lineage_epochs", 0),
+                "detol:lineage_rank_seconds": parent.user_attrs.get(
+                    "detol:lineage_rank_seconds", 0.0),
+            },
+            skip_if_exists=False,
+        )
+        return "queued"
+    return None
+
+
+def continue_curve(
+    study: optuna.Study, trial: optuna.Trial, resume: dict[str, Any], multi_objective: bool
+) -> None:
+    """Give a trial that resumes from a checkpoint its writer's intermediate values (or epoch
+    vectors) up to the checkpoint's epoch: its learning curve is whole, and rungs see it."""
+    storage = study._storage  # noqa: SLF001 - one trial by number, not the whole study
+    writer = storage.get_trial(
+        storage.get_trial_id_from_study_id_trial_number(
+            study._study_id, int(resume["trial"])  # noqa: SLF001
+        )
+    )
+    last = int(resume["epoch"])
+    if multi_objective:  # the epoch vectors (search._pareto_pruning)
+        for key, value in writer.user_attrs.items():
+            epoch = key.removeprefix(VECTOR_ATTR)
+            if key.startswith(VECTOR_ATTR) and epoch.isdigit() and int(epoch) <= last:
+                trial.set_user_attr(key, value)
+        return
+    for step, value in sorted(writer.intermediate_values.items()):
+        if step <= last:
+            trial.report(value, step)
