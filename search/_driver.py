@@ -32,7 +32,12 @@ from search._cluster_watch import ClusterFailed
 from search._objectives import is_benchmark, run_function_trial
 from search._promotion import PAUSED_ATTR, RESUME_OF_ATTR
 from search._registry import pruner_spec
-from search._segments import artifact_directory, continue_curve, queue_promotion
+from search._segments import (
+    artifact_directory,
+    beside_storage,
+    continue_curve,
+    queue_promotion,
+)
 from search._study import (
     DRIVER_ATTR,
     HEARTBEAT_ATTR,
@@ -47,7 +52,6 @@ from training.contract import (
     SINGLE_NODE_ENV,
     TrialSpec,
     build_pruner,
-    storage_file,
 )
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -467,9 +471,7 @@ class Driver:
 def log_directory(storage_url: str, study_name: str) -> Path:
     """Where failed trials' logs go: ``detol-logs/STUDY`` beside a journal or SQLite file, else
     under the working directory."""
-    path = storage_file(storage_url)
-    base = Path(path).expanduser().resolve().parent if path else Path.cwd()
-    return base / "detol-logs" / study_name
+    return beside_storage(storage_url) / "detol-logs" / study_name
 
 
 def _interruption(exc: BaseException) -> str:

@@ -14,13 +14,17 @@ from search._study import RESUME_FROM_ATTR
 from training.contract import CHECKPOINT_ATTR, VECTOR_ATTR, storage_file
 
 
+def beside_storage(storage_url: str) -> Path:
+    """The directory of a journal or SQLite storage file, else the working directory: where
+    detol keeps what belongs to the storage's studies (checkpoints, failed trials' logs)."""
+    path = storage_file(storage_url)
+    return Path(path).expanduser().resolve().parent if path else Path.cwd()
+
+
 def artifact_directory(storage_url: str) -> Path:
     """The default checkpoint store, one for every study of the storage (artifact ids are
-    UUIDs): ``detol-artifacts`` beside a journal or SQLite file, else in the working
-    directory. ``search dashboard`` serves it."""
-    path = storage_file(storage_url)
-    base = Path(path).expanduser().resolve().parent if path else Path.cwd()
-    return base / "detol-artifacts"
+    UUIDs): ``detol-artifacts`` beside it. ``search dashboard`` serves it."""
+    return beside_storage(storage_url) / "detol-artifacts"
 
 
 def queue_promotion(
