@@ -31,7 +31,9 @@ spread over a process pool (one Dask client per process). GP asks take seconds e
 trials, so it runs fewer seeds (``SLOW_SEEDS``; the JSON records the true count). ``--quick``:
 CIFAR-10, 3 seeds, every strategy but GP (unless named), under a minute. ``--merge`` keeps the
 figures of datasets and strategies not run this time from the existing JSON, so they can be run
-one at a time.
+one at a time. A strategy may be named with options, as a variant beside its defaults:
+``evolution:tournament=10`` or ``tpe:constant_liar=false,ei_candidates=24`` (values read as
+TOML); the variant is reported under that label.
 
 The JSON maps dataset -> strategy -> ``{"sequential": mean, "concurrent": mean, "seeds": n,
 "evaluations": n, ...}`` (plus standard errors, per-trial milliseconds and the goals), beside the
@@ -84,6 +86,21 @@ GOAL_CONCURRENT_DROP = 0.05
 GOAL_DATASET = "cifar10"
 
 
+def split_label(label: str) -> tuple[str, dict[str, Any]]:
+    """A strategy label -> (strategy name, the options it sets): ``"evolution:tournament=10"``
+    -> ``("evolution", {"tournament": 10})``; a plain name sets none."""
+    import tomllib
+
+    name, _, rest = label.partition(":")
+    options: dict[str, Any] = {}
+    for item in filter(None, rest.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"{label!r}: expected KEY=VALUE after ':', got {item!r}")
+        options[key.strip()] = tomllib.loads(f"v = {value.strip()}")["v"]
+    return name, options
+
+
 @dataclass(frozen=True)
 class Job:
     strategy: str
@@ -112,12 +129,18 @@ def _client() -> Any:
 
 def study_dict(job: Job) -> dict[str, Any]:
     """The study file (as the parsed TOML) of one run."""
+    name = split_label(job.strategy)[0]
     return {
-        "name": f"nb201-{job.dataset}-{job.strategy}-s{job.seed}-c{job.concurrency}",
+        "name": f"nb201-{job.dataset}-{name}-s{job.seed}-c{job.concurrency}",
         "objective": f"nb201:{job.dataset}",
         "metric": "val_accuracy",
         "budget": {"trials": job.evaluations, "concurrency": job.concurrency},
-        "strategy": {"name": job.strategy, "seed": job.seed, **OPTIONS.get(job.strategy, {})},
+        "strategy": {
+            "name": split_label(job.strategy)[0],
+            "seed": job.seed,
+            **OPTIONS.get(job.strategy, {}),
+            **split_label(job.strategy)[1],
+        },
         "pruner": {"name": "none"},
         "space": {"genome": {"family": "cell"}},
     }
@@ -513,12 +536,13 @@ def _strategy_settings(strategy: str) -> dict[str, Any]:
 
     job = Job(strategy, "cifar10", 0, 1, EVALUATIONS)
     given = parse_study(study_dict(job)).strategy.model_dump(exclude={"seed", "name"})
-    defaults = getattr(_registry, "STRATEGY_OPTIONS", {}).get(strategy, {})
+    defaults = getattr(_registry, "STRATEGY_OPTIONS", {}).get(split_label(strategy)[0], {})
     return {**defaults, **{k: v for k, v in given.items() if v is not None}}
 
 
 def _order(strategy: str) -> tuple[int, str]:
-    return (ORDER.index(strategy) if strategy in ORDER else len(ORDER), strategy)
+    name = split_label(strategy)[0]
+    return (ORDER.index(name) if name in ORDER else len(ORDER), strategy)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -545,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
 
     default = [s for s in STRATEGIES if s != "nsga2" and not (args.quick and s in SLOW_SEEDS)]
     strategies = sorted(args.strategies or default, key=_order)
-    unknown = [s for s in strategies if s not in STRATEGIES]
+    unknown = [s for s in strategies if split_label(s)[0] not in STRATEGIES]
     if unknown:
         p.error(f"unknown strategies {unknown} (known: {sorted(STRATEGIES)})")
     datasets = args.datasets or (["cifar10"] if args.quick else list(DATASETS))
@@ -555,7 +579,7 @@ def main(argv: list[str] | None = None) -> int:
     def seeds_for(st: str) -> int:
         if args.seeds:
             return args.seeds
-        return min(seeds, SLOW_SEEDS.get(st, seeds))
+        return min(seeds, SLOW_SEEDS.get(split_label(st)[0], seeds))
 
     jobs = [
         Job(st, ds, seed, conc, n)

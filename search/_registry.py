@@ -68,7 +68,7 @@ def _tpe(
         n_ei_candidates=options["ei_candidates"],
         multivariate=True,
         group=True,
-        constant_liar=True,
+        constant_liar=options["constant_liar"],
     )
 
 
@@ -139,7 +139,7 @@ STRATEGIES = {
 # The study-file options each strategy reads, with its defaults (tuned on NAS-Bench-201).
 STRATEGY_OPTIONS: dict[str, dict[str, Any]] = {
     "random": {},
-    "tpe": {"startup_trials": 10, "ei_candidates": 100},
+    "tpe": {"startup_trials": 10, "ei_candidates": 100, "constant_liar": True},
     "gp": {"startup_trials": 10},
     "evolution": {"population": 30, "tournament": 30, "mutation_prob": None, "crossover_prob": 0.0},
     "reinforce": {"learning_rate": 0.3, "entropy_weight": 0.0, "baseline_decay": 0.7, "bins": 8},

@@ -92,6 +92,9 @@ class Strategy(_Strict):
     seed: int | None = None
     startup_trials: int | None = Field(None, ge=0, description="tpe/gp: random trials first")
     ei_candidates: int | None = Field(None, ge=1, description="tpe: candidates scored per ask")
+    constant_liar: bool | None = Field(
+        None, description="tpe: running trials count as bad results (Optuna's constant liar)"
+    )
     population: int | None = Field(None, ge=2, description="evolution/nsga2: population size")
     tournament: int | None = Field(None, ge=1, description="evolution: members per tournament")
     mutation_prob: float | None = Field(

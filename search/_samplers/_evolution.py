@@ -131,10 +131,6 @@ class EvolutionSampler(ProposalSampler):
             self._scalars, rng,
         )
 
-    def _units(self, params: dict[str, Any]) -> list[str]:
-        """What can mutate: the genome and the dimensions that apply to ``params``."""
-        return [u for u in self._space if u == GENOME or self._space.is_active(u, params)]
-
     def _crossover(
         self, a: dict[str, Any], b: dict[str, Any], rng: np.random.Generator
     ) -> dict[str, Any]:
@@ -152,19 +148,31 @@ class EvolutionSampler(ProposalSampler):
         return consistent(self._space, child, self._scalars, rng)
 
     def _mutate(self, parent: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
-        units = self._units(parent)
-        prob = self._mutation_prob if self._mutation_prob is not None else 1 / len(units)
-        chosen = [u for u in units if rng.random() < prob]
-        if not chosen:
-            chosen = [units[int(rng.integers(len(units)))]]
-        family = family_of(self._space)
-        child = dict(parent)
-        if GENOME in chosen and family is not None:
-            genome = spaces.mutate(family, family.from_params(parent, prefix=GENOME), rng)
-            child = {k: v for k, v in child.items() if not k.startswith(GENOME + ".")}
-            child |= family.to_params(genome, prefix=GENOME)
-        for name in chosen:
-            if name in self._scalars and name in child:
-                child[name] = mutate_scalar(self._scalars[name], child[name], rng)
-        # A mutated condition switches dimensions on (drawn afresh) or off (dropped).
-        return consistent(self._space, child, self._scalars, rng)
+        return mutate_params(self._space, self._scalars, parent, rng, self._mutation_prob)
+
+
+def mutate_params(
+    space: spaces.Space,
+    scalars: dict[str, BaseDistribution],
+    parent: dict[str, Any],
+    rng: np.random.Generator,
+    mutation_prob: float | None = None,
+) -> dict[str, Any]:
+    """A child of ``parent``: each unit (the genome, each scalar dimension that applies) mutates
+    with probability ``mutation_prob`` (default 1 / units), at least one."""
+    units = [u for u in space if u == GENOME or space.is_active(u, parent)]
+    prob = mutation_prob if mutation_prob is not None else 1 / len(units)
+    chosen = [u for u in units if rng.random() < prob]
+    if not chosen:
+        chosen = [units[int(rng.integers(len(units)))]]
+    family = family_of(space)
+    child = dict(parent)
+    if GENOME in chosen and family is not None:
+        genome = spaces.mutate(family, family.from_params(parent, prefix=GENOME), rng)
+        child = {k: v for k, v in child.items() if not k.startswith(GENOME + ".")}
+        child |= family.to_params(genome, prefix=GENOME)
+    for name in chosen:
+        if name in scalars and name in child:
+            child[name] = mutate_scalar(scalars[name], child[name], rng)
+    # A mutated condition switches dimensions on (drawn afresh) or off (dropped).
+    return consistent(space, child, scalars, rng)

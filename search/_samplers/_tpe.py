@@ -1,11 +1,28 @@
-"""TPE that proposes new candidates: Optuna's TPE, except that among its EI candidates it picks
-the best one not yet evaluated, running or waiting (canonical genome included: isomorphic cells
+"""TPE that proposes new candidates: Optuna's TPE, except that it does not propose a candidate the
+study already holds, evaluated, running or waiting (canonical genome included: isomorphic cells
 are one network). With a noisy objective, re-asking a cell spends an evaluation on a second seed
 of one network instead of on a new one; TPE's density ratio favours exactly the cells it has seen.
+
+Two levels, because TPE's grouped multivariate mode (``group=True``) samples one group of
+parameters at a time and a variable-length genome (a stack of 0-3 layers) spreads over several
+groups:
+
+- **per EI candidate**, when one group holds the whole candidate (a fixed-size cell): among TPE's
+  ``n_ei_candidates`` the best one not yet in the study wins. This filters inside TPE's private
+  ``_sample`` / ``_compute_acquisition_func`` (no public hook sees the candidates); the Optuna
+  range in ``pyproject.toml`` pins the version and ``test_tpe_does_not_spend_evaluations_on_
+  repeated_cells`` pins the behaviour;
+  Within a call, the groups sampled so far complete each later group's candidates, so on a
+  variable-length genome the filter works from the group that completes the network;
+- **per proposal**, on the merged proposal of every group (``sample_relative``, public): when
+  every EI candidate was a repeat (TPE's model is sure of a network the study holds), the
+  proposal moves to its nearest unseen neighbour: one mutation (``spaces.mutate`` for the genome,
+  evolution's scalar step), more when the neighbours are taken.
 """
 
 from __future__ import annotations
 
+import collections
 import threading
 from typing import Any
 
@@ -16,9 +33,18 @@ from optuna.study import Study
 from optuna.trial import FrozenTrial
 
 import spaces
-from search._samplers._base import _ALL_STATES, candidate_key
+from search._samplers._base import (
+    _ALL_STATES,
+    candidate_key,
+    consistent,
+    scalar_distributions,
+    with_genome,
+)
+from search._samplers._evolution import mutate_params
 
 _CACHE = 100_000  # raw params -> candidate key entries kept before the cache is cleared
+_TRIES = 50  # neighbours tried when TPE's proposal repeats a network
+_WIDEN = 10  # failed tries before neighbours move one more mutation step away
 
 
 class DistinctTPESampler(TPESampler):
@@ -35,6 +61,11 @@ class DistinctTPESampler(TPESampler):
         # What one trial's sample needs (seen keys, its distributions), per thread: a user may
         # call optimize(n_jobs > 1) with this sampler, and two trials sample at once.
         self._call = threading.local()
+        # Relative proposals so far: "keyed" (the whole network known, so checked for a
+        # repeat), "unkeyed" (a parameter no finished trial has yet: not checkable), "moved"
+        # (a repeat replaced by its nearest unseen neighbour).
+        self._scalars = scalar_distributions(space)
+        self.proposals: collections.Counter[str] = collections.Counter()
 
     def _key(self, params: dict[str, Any]) -> tuple[Any, ...] | None:
         raw = tuple(sorted((k, repr(v)) for k, v in params.items()))
@@ -53,29 +84,86 @@ class DistinctTPESampler(TPESampler):
                     seen.add(key)
         return seen
 
+    def sample_relative(
+        self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        self._call.seen, self._call.chosen = self._seen_keys(study, trial), {}
+        try:
+            params = super().sample_relative(study, trial, search_space)
+            if not params:
+                return params
+            key = self._key(_complete(params, search_space))
+            self.proposals["keyed" if key is not None else "unkeyed"] += 1
+            if key is None or key not in self._call.seen:
+                return params
+            self.proposals["moved"] += 1
+            return self._neighbour(_complete(params, search_space), self._call.seen)
+        finally:
+            self._call.seen, self._call.chosen = None, {}
+
+    def _neighbour(self, params: dict[str, Any], seen: set[tuple[Any, ...]]) -> dict[str, Any]:
+        """The nearest candidate to ``params`` the study does not hold (``params`` itself when
+        none is found). Names it adds that no finished trial has are sampled independently, as
+        Optuna does with any name outside the relative search space. (With ``constant_liar``,
+        TPE has already recorded its own proposal for concurrent asks; the trial's real
+        parameters replace it as soon as they are suggested.)"""
+        rng = np.random.default_rng(self._rng.rng.randint(2**31))
+        start = consistent(self._space, with_genome(self._space, params, rng), self._scalars, rng)
+        for attempt in range(_TRIES):
+            child = start
+            for _ in range(1 + attempt // _WIDEN):
+                child = mutate_params(self._space, self._scalars, child, rng)
+            if candidate_key(self._space, child) not in seen:
+                return child
+        return params
+
     def _sample(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
-        self._call.seen, self._call.dists = self._seen_keys(study, trial), search_space
+        self._call.dists = search_space
         try:
-            return super()._sample(study, trial, search_space)
+            params = super()._sample(study, trial, search_space)
         finally:
-            self._call.seen, self._call.dists = None, {}
+            self._call.dists = {}
+        chosen = getattr(self._call, "chosen", None)
+        if chosen is not None:
+            chosen.update(params)  # the groups sampled so far: later groups complete them
+        return params
 
     def _compute_acquisition_func(self, samples: dict[str, np.ndarray], *args: Any) -> np.ndarray:
         values = super()._compute_acquisition_func(samples, *args)
         seen: set[tuple[Any, ...]] | None = getattr(self._call, "seen", None)
         dists: dict[str, BaseDistribution] = getattr(self._call, "dists", {})
+        chosen: dict[str, Any] = getattr(self._call, "chosen", None) or {}
         if not seen or not samples:
             return values
         n = next(iter(samples.values())).size
         names = [name for name in samples if name in dists]
         repeat = np.zeros(n, dtype=bool)
         for i in range(n):
-            params = {
+            params = chosen | {
                 name: dists[name].to_external_repr(samples[name][i].item()) for name in names
             }
-            repeat[i] = self._key(params) in seen
+            key = self._key(params)  # None until the groups so far make a whole network
+            repeat[i] = key is not None and key in seen
         if repeat.all():
             return values
         return np.where(repeat, -np.inf, values)
+
+
+def _complete(
+    params: dict[str, Any], search_space: dict[str, BaseDistribution]
+) -> dict[str, Any]:
+    """A merged relative proposal plus the parameters TPE leaves out of it because their
+    distribution holds one value."""
+    fixed = {
+        name: dist.to_external_repr(_only_value(dist))
+        for name, dist in search_space.items()
+        if name not in params and dist.single()
+    }
+    return params | fixed if fixed else params
+
+
+def _only_value(dist: BaseDistribution) -> float:
+    low = getattr(dist, "low", None)
+    return 0.0 if low is None else float(low)  # a categorical's one choice has index 0
