@@ -104,6 +104,7 @@ def _reinforce(
         entropy_weight=options["entropy_weight"],
         baseline_decay=options["baseline_decay"],
         bins=options["bins"],
+        importance_weights=options["importance_weights"],
         seed=seed,
     )
 
@@ -142,7 +143,13 @@ STRATEGY_OPTIONS: dict[str, dict[str, Any]] = {
     "tpe": {"startup_trials": 10, "ei_candidates": 100, "constant_liar": True},
     "gp": {"startup_trials": 10},
     "evolution": {"population": 30, "tournament": 30, "mutation_prob": None, "crossover_prob": 0.0},
-    "reinforce": {"learning_rate": 0.3, "entropy_weight": 0.0, "baseline_decay": 0.7, "bins": 8},
+    "reinforce": {
+        "learning_rate": 0.3,
+        "entropy_weight": 0.0,
+        "baseline_decay": 0.7,
+        "bins": 8,
+        "importance_weights": False,
+    },
     "nsga2": {"population": 50, "mutation_prob": None, "crossover_prob": 0.9},
 }
 

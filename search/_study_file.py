@@ -109,6 +109,9 @@ class Strategy(_Strict):
         None, ge=0, lt=1, description="reinforce: moving-average baseline decay"
     )
     bins: int | None = Field(None, ge=2, description="reinforce: arms for a numeric dimension")
+    importance_weights: bool | None = Field(
+        None, description="reinforce: weight a late result by pi_now / pi_then of its draw"
+    )
 
     @model_validator(mode="after")
     def _own_options(self) -> Strategy:

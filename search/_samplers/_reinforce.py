@@ -7,6 +7,12 @@ took move along ``advantage * grad log p + entropy_weight * grad H``, where the 
 reward minus a moving-average baseline (decay ``baseline_decay``), scaled by the moving standard
 deviation of that difference and clipped to [-3, 3] so one learning rate fits any metric's scale.
 
+Asynchrony: with trials running, a result comes back for a draw an older policy made. With
+``importance_weights``, the draw's log-probability under the policy that proposed it is stored on
+the trial (``detol:policy_logp``, per decision) and its update is weighted by
+``pi_now(draw) / pi_then(draw)``, clipped to [1/3, 3] (off-policy REINFORCE); sequentially the
+ratio is 1 and nothing changes.
+
 The policy is a function of the COMPLETE trials in storage, replayed in the order they finished;
 the replay is cached per study and extended incrementally, so a resumed study (or a second driver)
 restores the same policy, and asking never waits for running trials (they only count as repeats to
@@ -43,6 +49,8 @@ from search._samplers._base import (
 
 _TRIES = 50  # policy draws tried to find a candidate that is not a repeat
 _CLIP = 3.0  # largest scaled advantage
+_RATIO = 3.0  # importance weights are clipped to [1 / _RATIO, _RATIO]
+LOGP_ATTR = "detol:policy_logp"  # name -> log-probability of the proposing policy's draw
 
 
 @dataclass
@@ -108,6 +116,12 @@ class Policy:
             return min(n - 1, max(0, round((value - dist.low) / dist.step)))  # type: ignore[operator]
         return min(n - 1, int(to_unit(dist, value) * n))
 
+    def log_probability(self, name: str, dist: BaseDistribution, value: Any) -> float | None:
+        """log pi(the arm ``value`` came from), or None if it is not a value of ``dist``."""
+        arm = self.arm(name, dist, value)
+        return None if arm is None else float(np.log(max(self.probabilities(name, dist)[arm],
+                                                          1e-300)))
+
     def update(
         self,
         taken: dict[str, tuple[BaseDistribution, Any]],
@@ -116,8 +130,10 @@ class Policy:
         learning_rate: float,
         entropy_weight: float,
         baseline_decay: float,
+        weight: float = 1.0,
     ) -> None:
-        """One REINFORCE step for a finished trial's decisions ``name -> (distribution, value)``."""
+        """One REINFORCE step for a finished trial's decisions ``name -> (distribution, value)``;
+        ``weight`` scales the policy-gradient term (an importance weight)."""
         if self.updates == 0:
             self.baseline, self.updates = reward, 1
             return
@@ -127,7 +143,7 @@ class Policy:
         else:
             self.variance = baseline_decay * self.variance + (1 - baseline_decay) * diff * diff
         scaled = diff / math.sqrt(self.variance) if self.variance > 0 else 0.0
-        adv = max(-_CLIP, min(_CLIP, scaled))
+        adv = weight * max(-_CLIP, min(_CLIP, scaled))
         for name, (dist, value) in taken.items():
             arm = self.arm(name, dist, value)
             if arm is None:
@@ -165,6 +181,7 @@ class ReinforceSampler(ProposalSampler):
         entropy_weight: float = 0.0,
         baseline_decay: float = 0.7,
         bins: int = 8,
+        importance_weights: bool = False,
         seed: int | None = None,
     ) -> None:
         super().__init__(space=space, seed=seed)
@@ -180,6 +197,7 @@ class ReinforceSampler(ProposalSampler):
         self._entropy = entropy_weight
         self._decay = baseline_decay
         self._bins = bins
+        self._weights = importance_weights
         # per study: the trial numbers replayed so far (in order) and the policy they gave
         self._replayed: dict[int, tuple[list[int], Policy]] = {}
 
@@ -200,17 +218,41 @@ class ReinforceSampler(ProposalSampler):
                 learning_rate=self._lr,
                 entropy_weight=self._entropy,
                 baseline_decay=self._decay,
+                weight=self._weight(policy, taken, t) if self._weights else 1.0,
             )
             numbers.append(t.number)
         self._replayed[study._study_id] = (numbers, policy)  # noqa: SLF001
         return policy
 
+    @staticmethod
+    def _weight(
+        policy: Policy, taken: dict[str, tuple[BaseDistribution, Any]], trial: FrozenTrial
+    ) -> float:
+        """pi_now(draw) / pi_then(draw) over the decisions both know, clipped."""
+        then = trial.system_attrs.get(LOGP_ATTR)
+        if not isinstance(then, dict):
+            return 1.0
+        diff = 0.0
+        for name, (dist, value) in taken.items():
+            now = policy.log_probability(name, dist, value)
+            if now is not None and isinstance(then.get(name), float | int):
+                diff += now - float(then[name])
+        return float(min(_RATIO, max(1 / _RATIO, math.exp(max(-50.0, min(50.0, diff))))))
+
     def propose(self, study: Study, trial: FrozenTrial, rng: np.random.Generator) -> dict[str, Any]:
         policy = self.policy(study)
         seen = self.seen_keys(study, exclude=trial._trial_id)  # noqa: SLF001
-        params: dict[str, Any] = {}
-        for _ in range(_TRIES):
-            params = draw(self._space, policy.choose, rng).params
-            if candidate_key(self._space, params) not in seen:
+        recorder = draw(self._space, policy.choose, rng)
+        for _ in range(_TRIES - 1):
+            if candidate_key(self._space, recorder.params) not in seen:
                 break
-        return params
+            recorder = draw(self._space, policy.choose, rng)
+        if self._weights:
+            logp = {
+                name: policy.log_probability(name, recorder.distributions[name], value)
+                for name, value in recorder.params.items()
+            }
+            study._storage.set_trial_system_attr(  # noqa: SLF001
+                trial._trial_id, LOGP_ATTR, {k: v for k, v in logp.items() if v is not None}  # noqa: SLF001
+            )
+        return recorder.params

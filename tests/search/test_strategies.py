@@ -182,6 +182,41 @@ def test_reinforce_learns_only_from_its_own_draws_not_random_fallbacks() -> None
     assert not any("detol:fallback:x" in t.system_attrs for t in study.trials)
 
 
+def _reinforce_run(weights: bool, batch: int) -> tuple[list[dict[str, Any]], optuna.Study]:
+    """24 trials asked ``batch`` at a time (all asked before any is told)."""
+    sampler = ReinforceSampler(space=SPACE, seed=3, importance_weights=weights)
+    study = optuna.create_study(sampler=sampler, direction="maximize")
+    for _ in range(24 // batch):
+        asked = [(trial, SPACE.suggest(trial)) for trial in [study.ask() for _ in range(batch)]]
+        for trial, params in asked:
+            study.tell(trial, objective(params))
+    return [t.params for t in study.trials], study
+
+
+def test_reinforce_importance_weights_change_only_late_results() -> None:
+    # Sequentially the proposing policy is the updating one: the weight is 1, nothing changes.
+    assert _reinforce_run(True, 1)[0] == _reinforce_run(False, 1)[0]
+    # Four at a time, a result updates a policy that moved since its draw: weighted differently.
+    weighted, study = _reinforce_run(True, 4)
+    assert weighted != _reinforce_run(False, 4)[0]
+    sampler = study.sampler
+    assert isinstance(sampler, ReinforceSampler)
+    trial = study.trials[-1]
+    logp = trial.system_attrs["detol:policy_logp"]
+    assert set(logp) == set(trial.params) and all(v <= 0 for v in logp.values())
+    taken = {n: (trial.distributions[n], v) for n, v in trial.params.items()}
+    policy = sampler.policy(study)
+    now = sum(policy.log_probability(n, d, v) or 0.0 for n, (d, v) in taken.items())
+    for shift, expected in ((0.0, 1.0), (math.log(2), 2.0), (5.0, 3.0), (-5.0, 1 / 3)):
+        # pi_then = pi_now / e^shift -> weight e^shift, clipped to [1/3, 3]
+        moved = {n: (now - shift) / len(logp) for n in logp}
+        fake = optuna.trial.create_trial(
+            params=trial.params, distributions=trial.distributions, value=0.0,
+            system_attrs={"detol:policy_logp": moved},
+        )
+        assert ReinforceSampler._weight(policy, taken, fake) == pytest.approx(expected)
+
+
 @pytest.mark.parametrize("name", ["evolution", "reinforce"])
 def test_concurrent_asks_propose_distinct_candidates(name: str) -> None:
     study = make_study(name, 1)
