@@ -22,6 +22,7 @@ avoid).
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -198,11 +199,17 @@ class ReinforceSampler(ProposalSampler):
         self._decay = baseline_decay
         self._bins = bins
         self._weights = importance_weights
-        # per study: the trial numbers replayed so far (in order) and the policy they gave
+        # per study: the trial numbers replayed so far (in order) and the policy they gave;
+        # replaying updates that policy in place, so one thread at a time (optimize(n_jobs>1))
+        self._lock = threading.Lock()
         self._replayed: dict[int, tuple[list[int], Policy]] = {}
 
     def policy(self, study: Study) -> Policy:
         """The policy after replaying the study's COMPLETE trials (incrementally cached)."""
+        with self._lock:
+            return self._replay(study)
+
+    def _replay(self, study: Study) -> Policy:
         done = complete_in_order(study)
         numbers, policy = self._replayed.get(study._study_id, ([], Policy(self._bins)))  # noqa: SLF001
         if [t.number for t in done[: len(numbers)]] != numbers:  # history changed: replay all

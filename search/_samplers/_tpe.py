@@ -43,6 +43,7 @@ from search._samplers._base import (
 from search._samplers._evolution import mutate_params
 
 _CACHE = 100_000  # raw params -> candidate key entries kept before the cache is cleared
+_MISSING = object()
 _TRIES = 50  # neighbours tried when TPE's proposal repeats a network
 _WIDEN = 10  # failed tries before neighbours move one more mutation step away
 
@@ -69,11 +70,12 @@ class DistinctTPESampler(TPESampler):
 
     def _key(self, params: dict[str, Any]) -> tuple[Any, ...] | None:
         raw = tuple(sorted((k, repr(v)) for k, v in params.items()))
-        if raw not in self._keys:
+        key = self._keys.get(raw, _MISSING)
+        if key is _MISSING:  # (a local: another thread may clear the cache meanwhile)
             if len(self._keys) > _CACHE:
                 self._keys.clear()
-            self._keys[raw] = candidate_key(self._space, params)
-        return self._keys[raw]
+            key = self._keys[raw] = candidate_key(self._space, params)
+        return key  # type: ignore[return-value]
 
     def _seen_keys(self, study: Study, trial: FrozenTrial) -> set[tuple[Any, ...]]:
         seen = set()

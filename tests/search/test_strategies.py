@@ -182,6 +182,43 @@ def test_reinforce_learns_only_from_its_own_draws_not_random_fallbacks() -> None
     assert not any("detol:fallback:x" in t.system_attrs for t in study.trials)
 
 
+def test_reinforce_policy_is_replayed_once_when_threads_ask_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """optimize(n_jobs > 1): two threads asking at once must not both replay the same trials
+    into the one cached policy (it is updated in place)."""
+    import threading
+    import time
+
+    from search._samplers._reinforce import Policy
+
+    study = make_study("reinforce", 0)
+    run(study, 6)
+    sampler = study.sampler
+    assert isinstance(sampler, ReinforceSampler)
+    assert sampler.policy(study).updates == 6  # cached; the 10 trials added next are not in it
+    for trial in study.trials[:10] + study.trials[:4]:
+        study.add_trial(optuna.trial.create_trial(
+            params=trial.params, distributions=trial.distributions, value=trial.value))
+    update = Policy.update
+
+    def slow_update(self: Policy, *args: Any, **kwargs: Any) -> None:
+        time.sleep(0.002)  # widens the window in which two replays overlap
+        update(self, *args, **kwargs)
+
+    monkeypatch.setattr(Policy, "update", slow_update)
+    seen: list[int] = []
+    threads = [
+        threading.Thread(target=lambda: seen.append(sampler.policy(study).updates))
+        for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert seen == [16] * 4
+
+
 def _reinforce_run(weights: bool, batch: int) -> tuple[list[dict[str, Any]], optuna.Study]:
     """24 trials asked ``batch`` at a time (all asked before any is told)."""
     sampler = ReinforceSampler(space=SPACE, seed=3, importance_weights=weights)
