@@ -291,11 +291,12 @@ class ProposalSampler(optuna.samplers.BaseSampler):
     ) -> Any:
         self._raise_error_if_multi_objective(study)
         tid = trial._trial_id  # noqa: SLF001
-        if tid not in self._proposals:
+        proposal = self._proposals.get(tid)  # a local: other threads may clear the cache
+        if proposal is None:
             if len(self._proposals) > 10_000:  # trials asked but never told (crashed callers)
                 self._proposals.clear()
-            self._proposals[tid] = self.propose(study, trial, trial_seed(self._seed, trial.number))
-        proposal = self._proposals[tid]
+            proposal = self.propose(study, trial, trial_seed(self._seed, trial.number))
+            self._proposals[tid] = proposal
         if param_name in proposal:
             value = proposal[param_name]
             try:
