@@ -11,7 +11,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -96,7 +96,14 @@ class Strategy(_Strict):
         None, description="tpe: running trials count as bad results (Optuna's constant liar)"
     )
     population: int | None = Field(None, ge=2, description="evolution/nsga2: population size")
-    tournament: int | None = Field(None, ge=1, description="evolution: members per tournament")
+    selection: Literal["greedy", "tournament"] | None = Field(
+        None,
+        description="evolution: 'greedy' (parent = best of the population; the default) or "
+        "'tournament' (Real et al.: best of `tournament` random members)",
+    )
+    tournament: int | None = Field(
+        None, ge=1, description="evolution: members per tournament (selection 'tournament': 10)"
+    )
     mutation_prob: float | None = Field(
         None, ge=0, le=1, description="evolution/nsga2: chance each unit mutates (1/units)"
     )
@@ -125,9 +132,15 @@ class Strategy(_Strict):
             for key in sorted(self.model_fields_set - {"name", "seed"} - allowed)
         ]
         if self.tournament is not None and self.tournament > (
-            self.population or STRATEGY_OPTIONS[self.name].get("population", self.tournament)
+            self.population or STRATEGY_OPTIONS[self.name].get("population") or self.tournament
         ):
             problems.append(StudyError("strategy.tournament", "must be <= population"))
+        if self.selection == "greedy" and self.tournament is not None:
+            problems.append(StudyError(
+                "strategy.tournament",
+                "only with selection = \"tournament\" (greedy selection takes the whole "
+                "population)",
+            ))
         if problems:
             raise StudyError.many(problems)
         return self

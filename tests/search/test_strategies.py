@@ -341,6 +341,32 @@ def test_options_of_another_strategy_are_one_line_errors() -> None:
     assert sf.strategy.entropy_weight == 0.01
 
 
+@pytest.mark.parametrize(
+    ("given", "population", "tournament"),
+    [
+        ({}, 30, 30),  # greedy by default: the parent is the best of the population
+        ({"population": 20}, 20, 20),
+        ({"selection": "tournament"}, 30, 10),  # Real et al.: a tournament well below it
+        ({"tournament": 5}, 30, 5),  # a tournament size asks for tournament selection
+        ({"selection": "tournament", "population": 50, "tournament": 25}, 50, 25),
+    ],
+)
+def test_evolution_selection(given: dict[str, Any], population: int, tournament: int) -> None:
+    sf = parse_study({"name": "x", "strategy": {"name": "evolution", **given}})
+    sampler = build_sampler("evolution", sf.strategy.model_dump(), 0, SPACE, ["maximize"])
+    assert isinstance(sampler, EvolutionSampler)
+    assert (sampler._size, sampler._tournament) == (population, tournament)
+
+
+def test_greedy_evolution_with_a_tournament_size_is_a_one_line_error() -> None:
+    with pytest.raises(StudyError, match=r"^strategy\.tournament: only with selection = "
+                       r'"tournament"'):
+        parse_study({"name": "x", "strategy": {"name": "evolution", "selection": "greedy",
+                                               "tournament": 5}})
+    with pytest.raises(StudyError, match=r"^strategy\.selection: "):
+        parse_study({"name": "x", "strategy": {"name": "evolution", "selection": "best"}})
+
+
 @pytest.mark.parametrize("name", ["evolution", "reinforce"])
 def test_single_objective_strategies_refuse_two_objectives(name: str) -> None:
     with pytest.raises(StudyError, match=rf"^strategy: '{name}' optimises one objective") as err:
