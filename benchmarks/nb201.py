@@ -283,6 +283,18 @@ def summarise(
                 }
             if "sequential" in entry and "concurrent" in entry:
                 entry["concurrent_minus_sequential"] = entry["concurrent"] - entry["sequential"]
+                # Paired by seed (a seed's two runs share the strategy seed and noise stream).
+                final = {
+                    (r["job"].seed, r["job"].concurrency): r["incumbent"][-1]
+                    for r in runs
+                    if r["job"].strategy == st and r["incumbent"]
+                }
+                pairs = [
+                    final[s, CONCURRENT] - final[s, 1]
+                    for s, c in final
+                    if c == 1 and (s, CONCURRENT) in final
+                ]
+                entry["concurrent_minus_sequential_stderr"] = _stderr(pairs)
             table[ds][st] = entry
     return table, curves
 
@@ -337,9 +349,11 @@ def judge(table: dict[str, Any]) -> dict[str, Any]:
                 d = entry["concurrent_minus_sequential"]
                 goals[_concurrent_goal(ds, st)] = {
                     "value": d,
-                    # independent runs: the standard errors add in quadrature
-                    "stderr": float(np.hypot(entry.get("sequential_stderr", np.nan),
-                                             entry.get("concurrent_stderr", np.nan))),
+                    # paired by seed; older results without it: in quadrature (independent)
+                    "stderr": entry.get("concurrent_minus_sequential_stderr") or float(
+                        np.hypot(entry.get("sequential_stderr", np.nan),
+                                 entry.get("concurrent_stderr", np.nan))
+                    ),
                     "met": d >= -GOAL_CONCURRENT_DROP,
                 }
     return goals
