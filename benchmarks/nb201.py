@@ -350,10 +350,10 @@ def judge(table: dict[str, Any]) -> dict[str, Any]:
                 goals[_concurrent_goal(ds, st)] = {
                     "value": d,
                     # paired by seed; older results without it: in quadrature (independent)
-                    "stderr": entry.get("concurrent_minus_sequential_stderr") or float(
-                        np.hypot(entry.get("sequential_stderr", np.nan),
-                                 entry.get("concurrent_stderr", np.nan))
-                    ),
+                    "stderr": entry["concurrent_minus_sequential_stderr"]
+                    if "concurrent_minus_sequential_stderr" in entry
+                    else float(np.hypot(entry.get("sequential_stderr", np.nan),
+                                        entry.get("concurrent_stderr", np.nan))),
                     "met": d >= -GOAL_CONCURRENT_DROP,
                 }
     return goals
