@@ -383,6 +383,29 @@ def test_every_strategy_builds_for_its_objectives() -> None:
         build_sampler(name, {}, 0, SPACE, ["maximize", "minimize"])
 
 
+def test_tpe_does_not_propose_a_running_network_again() -> None:
+    # Without the constant liar, running trials do not enter TPE's model: only the distinct
+    # filter keeps eight concurrent asks apart (and apart from the finished trials).
+    space = spaces.Space({"genome": spaces.CellFamily(ops=("nor_conv_3x3", "skip_connect",
+                                                             "avg_pool_3x3"))})
+
+    def pending_keys(sampler: optuna.samplers.BaseSampler) -> tuple[list[Any], set[Any]]:
+        study = optuna.create_study(sampler=sampler, direction="maximize")
+        for _ in range(20):
+            trial = study.ask()
+            study.tell(trial, objective({**space.suggest(trial), "x": 0.3, "k": 7}))
+        done = {candidate_key(space, t.params) for t in study.trials}
+        pending = [study.ask() for _ in range(8)]
+        return [candidate_key(space, space.suggest(t) and t.params) for t in pending], done
+
+    keys, done = pending_keys(optuna.samplers.TPESampler(
+        seed=0, n_startup_trials=10, multivariate=True, group=True))
+    assert len(set(keys)) < 8 or set(keys) & done, "plain TPE kept them apart: proves nothing"
+    keys, done = pending_keys(build_sampler("tpe", {"startup_trials": 10}, 0, space,
+                                            ["maximize"]))
+    assert len(set(keys)) == 8 and not set(keys) & done
+
+
 def test_tpe_does_not_spend_evaluations_on_repeated_cells() -> None:
     # A small space where Optuna's own TPE, once it has a model, proposes the same network again.
     space = spaces.Space({"genome": spaces.CellFamily(ops=("nor_conv_3x3", "skip_connect",
