@@ -1,0 +1,176 @@
+"""What one proposal costs as a study grows: ask latency of every strategy at 100, 1,000 and
+10,000 finished trials with 1, 64 and 1,024 trials running, on a genome space and a flat space.
+
+What is measured: a study in Optuna's in-memory storage is filled with ``finished`` COMPLETE
+trials (uniform draws from the space, synthetic values) and ``running`` RUNNING trials (uniform
+draws too), then the strategy, built as ``open_study`` builds it (``search._registry
+.build_sampler``, seed 0, its defaults), proposes ``--asks`` trials: ``study.ask()`` plus
+``space.suggest(trial)``, each timed alone; each asked trial is then failed, so the study keeps
+its size. The first ask of a sampler is timed apart (``first_ms``: it builds incremental state
+such as REINFORCE's replayed policy or the key caches); ``ms`` is the median of the others.
+``reads`` counts the trials the sampler read from storage per proposal (``get_all_trials``
+results, summed): what a remote storage would ship.
+
+Spaces: ``cell`` (NAS-Bench-201's cell, 6 categorical decisions) and ``flat`` (a log-float, an
+int, a categorical). Multi-objective NSGA-II is measured on two synthetic objectives.
+
+Goal (issue 18): every strategy but GP proposes in <= 50 ms at 10,000 finished and 1,024
+running trials. GP refits a Gaussian process on every trial each ask (cubic in the trials);
+it is measured up to ``--gp-max`` finished trials (default 1,000) and marked above.
+
+The JSON: ``{"results": [{"strategy", "space", "finished", "running", "first_ms", "ms",
+"max_ms", "reads"}], "goal": ..., "machine": ..., "load": [1, 5, 15 min]}``.
+
+Command::
+
+    python benchmarks/proposal_cost.py [--quick] [--json PATH] [--strategies S ...]
+                                       [--finished N ...] [--running N ...] [--asks K]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+from _common import machine, now_iso  # benchmarks/_common.py (the script directory)
+from optuna.trial import TrialState
+
+import spaces
+from search._registry import STRATEGIES, build_sampler
+from search._samplers._base import draw, uniform_choice
+
+GOAL_MS = 50.0
+SPACES = {
+    "cell": spaces.Space({"genome": spaces.CellFamily()}),
+    "flat": spaces.Space({
+        "lr": spaces.Float(low=1e-5, high=1.0, log=True),
+        "width": spaces.Int(low=8, high=512),
+        "act": spaces.Categorical(("relu", "tanh", "gelu")),
+    }),
+}
+MULTI = {"nsga2"}
+
+
+class CountingStorage(optuna.storages.InMemoryStorage):
+    """In-memory storage that counts the trials its readers are handed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read = 0
+
+    def get_all_trials(self, *args: Any, **kwargs: Any) -> list[optuna.trial.FrozenTrial]:
+        trials = super().get_all_trials(*args, **kwargs)
+        self.read += len(trials)
+        return trials
+
+
+def _trials(space: spaces.Space, n: int, state: TrialState, objectives: int,
+            rng: np.random.Generator) -> list[optuna.trial.FrozenTrial]:
+    out = []
+    for _ in range(n):
+        rec = draw(space, uniform_choice, rng)
+        values = [float(v) for v in rng.normal(size=objectives)] if state.is_finished() else None
+        out.append(optuna.trial.create_trial(
+            params=rec.params, distributions=rec.distributions, state=state, values=values))
+    return out
+
+
+def measure(strategy: str, space_name: str, finished: int, running: int,
+            asks: int) -> dict[str, Any]:
+    space = SPACES[space_name]
+    directions = ["maximize", "minimize"] if strategy in MULTI else ["maximize"]
+    storage = CountingStorage()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sampler = build_sampler(strategy, {}, 0, space, directions)
+        study = optuna.create_study(storage=storage, sampler=sampler, directions=directions)
+        rng = np.random.default_rng(0)
+        study.add_trials(_trials(space, finished, TrialState.COMPLETE, len(directions), rng))
+        study.add_trials(_trials(space, running, TrialState.RUNNING, len(directions), rng))
+        times, reads = [], []
+        for _ in range(asks + 1):
+            before = storage.read
+            started = time.perf_counter()
+            trial = study.ask()
+            space.suggest(trial)
+            times.append(1000 * (time.perf_counter() - started))
+            reads.append(storage.read - before)
+            study.tell(trial, state=TrialState.FAIL)
+    rest = times[1:] or times
+    return {
+        "strategy": strategy, "space": space_name, "finished": finished, "running": running,
+        "first_ms": times[0], "ms": statistics.median(rest), "max_ms": max(rest),
+        "reads": statistics.median(reads[1:] or reads),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="100/1,000 finished, 1/64 running, 3 asks")
+    p.add_argument("--json", help="write the figures to this JSON file")
+    p.add_argument("--strategies", nargs="+", default=list(STRATEGIES))
+    p.add_argument("--spaces", nargs="+", default=list(SPACES), choices=list(SPACES))
+    p.add_argument("--finished", nargs="+", type=int)
+    p.add_argument("--running", nargs="+", type=int)
+    p.add_argument("--asks", type=int, help="timed proposals per cell (default 5, quick 3)")
+    p.add_argument("--gp-max", type=int, default=1000, help="largest study GP is measured on")
+    args = p.parse_args(argv)
+    finished = args.finished or ([100, 1000] if args.quick else [100, 1000, 10000])
+    running = args.running or ([1, 64] if args.quick else [1, 64, 1024])
+    asks = args.asks or (3 if args.quick else 5)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    results: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    for space_name in args.spaces:
+        for strategy in args.strategies:
+            for n in finished:
+                for r in running:
+                    if strategy == "gp" and n > args.gp_max:
+                        results.append({"strategy": strategy, "space": space_name,
+                                        "finished": n, "running": r,
+                                        "skipped": f"gp measured up to {args.gp_max} finished"})
+                        continue
+                    row = measure(strategy, space_name, n, r, asks)
+                    results.append(row)
+                    print(f"{space_name:5} {strategy:9} finished {n:6} running {r:5}: "
+                          f"{row['ms']:8.1f} ms (first {row['first_ms']:8.1f}, max "
+                          f"{row['max_ms']:8.1f}), {row['reads']:7.0f} trials read", flush=True)
+    big = [r for r in results if "ms" in r and r["strategy"] != "gp"
+           and r["finished"] == max(finished) and r["running"] == max(running)]
+    goal = {
+        "text": f"every strategy but gp <= {GOAL_MS:.0f} ms at {max(finished)} finished and "
+        f"{max(running)} running",
+        "worst": max(big, key=lambda r: r["ms"]) if big else None,
+        "met": bool(big) and all(r["ms"] <= GOAL_MS for r in big),
+    }
+    print(f"goal: {goal['text']}: {'met' if goal['met'] else 'not met'}"
+          + (f" (worst {goal['worst']['strategy']} on {goal['worst']['space']}: "
+             f"{goal['worst']['ms']:.1f} ms)" if goal["worst"] else ""))
+    if args.json:
+        doc = {
+            "benchmark": "proposal_cost",
+            "date": now_iso(),
+            "machine": machine("optuna", "numpy", "torch"),
+            "load": list(os.getloadavg()),
+            "settings": {"finished": finished, "running": running, "asks": asks,
+                         "gp_max": args.gp_max, "quick": args.quick,
+                         "total_s": time.perf_counter() - started},
+            "goal": goal,
+            "results": results,
+        }
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(doc, indent=1))
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
