@@ -230,7 +230,8 @@ class ProposalSampler(optuna.samplers.BaseSampler):
         self._seed = entropy % 2**63 if seed is None else seed
         self._random = optuna.samplers.RandomSampler(seed=seed)
         self._proposals: dict[int, dict[str, Any]] = {}
-        self._keys: dict[tuple[int, int], tuple[Any, ...] | None] = {}  # (study, trial) -> key
+        # (study, trial) -> (parameter count, candidate key)
+        self._keys: dict[tuple[int, int], tuple[int, tuple[Any, ...] | None]] = {}
 
     @abstractmethod
     def propose(self, study: Study, trial: FrozenTrial, rng: np.random.Generator) -> dict[str, Any]:
@@ -242,12 +243,15 @@ class ProposalSampler(optuna.samplers.BaseSampler):
         for t in study.get_trials(deepcopy=False, states=_ALL_STATES):
             if t._trial_id == exclude:  # noqa: SLF001
                 continue
+            # A trial's parameters only grow (define-by-run) and never change once set: the key
+            # is cached with the parameter count it was computed from, running trials included.
             cache = (study._study_id, t._trial_id)  # noqa: SLF001
-            key = self._keys.get(cache)
-            if key is None:
+            hit = self._keys.get(cache)
+            if hit is not None and hit[0] == len(t.params):
+                key = hit[1]
+            else:
                 key = candidate_key(self._space, t.params)
-                if t.state.is_finished():  # params of a finished trial never change
-                    self._keys[cache] = key
+                self._keys[cache] = (len(t.params), key)
             if key is not None:
                 seen.add(key)
         return seen
