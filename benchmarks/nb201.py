@@ -129,18 +129,13 @@ def _client() -> Any:
 
 def study_dict(job: Job) -> dict[str, Any]:
     """The study file (as the parsed TOML) of one run."""
-    name = split_label(job.strategy)[0]
+    name, options = split_label(job.strategy)
     return {
         "name": f"nb201-{job.dataset}-{name}-s{job.seed}-c{job.concurrency}",
         "objective": f"nb201:{job.dataset}",
         "metric": "val_accuracy",
         "budget": {"trials": job.evaluations, "concurrency": job.concurrency},
-        "strategy": {
-            "name": split_label(job.strategy)[0],
-            "seed": job.seed,
-            **OPTIONS.get(job.strategy, {}),
-            **split_label(job.strategy)[1],
-        },
+        "strategy": {"name": name, "seed": job.seed, **OPTIONS.get(job.strategy, {}), **options},
         "pruner": {"name": "none"},
         "space": {"genome": {"family": "cell"}},
     }

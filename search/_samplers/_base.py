@@ -194,6 +194,39 @@ def candidate_key(space: spaces.Space, params: dict[str, Any]) -> tuple[Any, ...
     return (genome.key, *scalars)
 
 
+# (study id, trial id) -> (parameter count, candidate key): see seen_keys.
+KeyCache = dict[tuple[int, int], tuple[int, tuple[Any, ...] | None]]
+
+
+def seen_keys(
+    study: Study,
+    exclude: int,
+    cache: KeyCache,
+    key_of: Callable[[dict[str, Any]], tuple[Any, ...] | None],
+    params_of: Callable[[FrozenTrial], dict[str, Any]] = lambda t: t.params,
+) -> set[tuple[Any, ...]]:
+    """Candidate keys (``key_of(params_of(trial))``) of every trial that ran, runs or waits
+    (failed ones and trial id ``exclude`` excepted). A trial's parameters only grow
+    (define-by-run) and never change once set, so each key is cached in ``cache`` with the
+    parameter count it came from, running trials included: a proposal at 10,000 trials does
+    not recompute 10,000 keys."""
+    seen = set()
+    for t in study.get_trials(deepcopy=False, states=_ALL_STATES):
+        if t._trial_id == exclude:  # noqa: SLF001
+            continue
+        params = params_of(t)
+        where = (study._study_id, t._trial_id)  # noqa: SLF001
+        hit = cache.get(where)
+        if hit is not None and hit[0] == len(params):
+            key = hit[1]
+        else:
+            key = key_of(params)
+            cache[where] = (len(params), key)
+        if key is not None:
+            seen.add(key)
+    return seen
+
+
 def sign(study: Study) -> float:
     """+1 to maximise, -1 to minimise the (single) objective: ``sign * value`` is a reward."""
     return 1.0 if study.direction == StudyDirection.MAXIMIZE else -1.0
@@ -230,8 +263,7 @@ class ProposalSampler(optuna.samplers.BaseSampler):
         self._seed = entropy % 2**63 if seed is None else seed
         self._random = optuna.samplers.RandomSampler(seed=seed)
         self._proposals: dict[int, dict[str, Any]] = {}
-        # (study, trial) -> (parameter count, candidate key)
-        self._keys: dict[tuple[int, int], tuple[int, tuple[Any, ...] | None]] = {}
+        self._keys: KeyCache = {}
 
     @abstractmethod
     def propose(self, study: Study, trial: FrozenTrial, rng: np.random.Generator) -> dict[str, Any]:
@@ -239,22 +271,9 @@ class ProposalSampler(optuna.samplers.BaseSampler):
 
     def seen_keys(self, study: Study, exclude: int) -> set[tuple[Any, ...]]:
         """Candidate keys of every trial that ran, runs or waits (failed ones excepted)."""
-        seen = set()
-        for t in study.get_trials(deepcopy=False, states=_ALL_STATES):
-            if t._trial_id == exclude:  # noqa: SLF001
-                continue
-            # A trial's parameters only grow (define-by-run) and never change once set: the key
-            # is cached with the parameter count it was computed from, running trials included.
-            cache = (study._study_id, t._trial_id)  # noqa: SLF001
-            hit = self._keys.get(cache)
-            if hit is not None and hit[0] == len(t.params):
-                key = hit[1]
-            else:
-                key = candidate_key(self._space, t.params)
-                self._keys[cache] = (len(t.params), key)
-            if key is not None:
-                seen.add(key)
-        return seen
+        return seen_keys(
+            study, exclude, self._keys, lambda params: candidate_key(self._space, params)
+        )
 
     def random_unique(
         self, rng: np.random.Generator, seen: set[tuple[Any, ...]], tries: int = 100

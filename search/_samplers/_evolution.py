@@ -37,6 +37,7 @@ from search._samplers._base import (
     with_genome,
 )
 
+# (also TPE's, search._samplers._tpe, when its proposal repeats a network)
 _TRIES = 50  # children tried to find one that is not a repeat
 _WIDEN = 10  # failed tries before children move one more mutation step away
 _SIGMA = 0.15  # perturbation of a numeric scalar, as a fraction of its (log) range

@@ -10,8 +10,7 @@ groups:
 - **per EI candidate**, when one group holds the whole candidate (a fixed-size cell): among TPE's
   ``n_ei_candidates`` the best one not yet in the study wins. This filters inside TPE's private
   ``_sample`` / ``_compute_acquisition_func`` (no public hook sees the candidates); the Optuna
-  range in ``pyproject.toml`` pins the version and ``test_tpe_does_not_spend_evaluations_on_
-  repeated_cells`` pins the behaviour;
+  range in ``pyproject.toml`` pins the version and the tests it names pin the behaviour.
   Within a call, the groups sampled so far complete each later group's candidates, so on a
   variable-length genome the filter works from the group that completes the network;
 - **per proposal**, on the merged proposal of every group (``sample_relative``, public): when
@@ -34,18 +33,17 @@ from optuna.trial import FrozenTrial
 
 import spaces
 from search._samplers._base import (
-    _ALL_STATES,
+    KeyCache,
     candidate_key,
     consistent,
     scalar_distributions,
+    seen_keys,
     with_genome,
 )
-from search._samplers._evolution import mutate_params
+from search._samplers._evolution import _TRIES, _WIDEN, mutate_params
 
 _CACHE = 100_000  # raw params -> candidate key entries kept before the cache is cleared
 _MISSING = object()
-_TRIES = 50  # neighbours tried when TPE's proposal repeats a network
-_WIDEN = 10  # failed tries before neighbours move one more mutation step away
 
 
 class DistinctTPESampler(TPESampler):
@@ -59,8 +57,7 @@ class DistinctTPESampler(TPESampler):
         super().__init__(**tpe)
         self._space = space
         self._keys: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}
-        # (study, trial) -> (parameter count, candidate key)
-        self._trial_keys: dict[tuple[int, int], tuple[int, tuple[Any, ...] | None]] = {}
+        self._trial_keys: KeyCache = {}
         # What one trial's sample needs (seen keys, its distributions), per thread: a user may
         # call optimize(n_jobs > 1) with this sampler, and two trials sample at once.
         self._call = threading.local()
@@ -80,23 +77,11 @@ class DistinctTPESampler(TPESampler):
         return key  # type: ignore[return-value]
 
     def _seen_keys(self, study: Study, trial: FrozenTrial) -> set[tuple[Any, ...]]:
-        seen = set()
-        for t in study.get_trials(deepcopy=False, states=_ALL_STATES):
-            if t.number == trial.number:
-                continue
-            params = t.params if t.state.is_finished() else self._get_params(t, study)
-            # A trial's parameters only grow and never change once set: its key is cached with
-            # the parameter count it came from (10,000 trials: ~80 ms per ask saved).
-            cache = (study._study_id, t._trial_id)  # noqa: SLF001
-            hit = self._trial_keys.get(cache)
-            if hit is not None and hit[0] == len(params):
-                key = hit[1]
-            else:
-                key = self._key(params)
-                self._trial_keys[cache] = (len(params), key)
-            if key is not None:
-                seen.add(key)
-        return seen
+        # A running trial's params include what TPE proposed for it (the constant liar's record).
+        return seen_keys(
+            study, trial._trial_id, self._trial_keys, self._key,  # noqa: SLF001
+            lambda t: t.params if t.state.is_finished() else self._get_params(t, study),
+        )
 
     def sample_relative(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
@@ -106,12 +91,13 @@ class DistinctTPESampler(TPESampler):
             params = super().sample_relative(study, trial, search_space)
             if not params:
                 return params
-            key = self._key(_complete(params, search_space))
+            whole = _complete(params, search_space)
+            key = self._key(whole)
             self.proposals["keyed" if key is not None else "unkeyed"] += 1
             if key is None or key not in self._call.seen:
                 return params
             self.proposals["moved"] += 1
-            return self._neighbour(_complete(params, search_space), self._call.seen)
+            return self._neighbour(whole, self._call.seen)
         finally:
             self._call.seen, self._call.chosen = None, {}
 
