@@ -31,14 +31,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import glob
 import json
 import multiprocessing
 import os
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -314,50 +310,20 @@ def inmemory_throughput(n: int) -> dict[str, Any]:
     return {"clients": 1, "trials": n, "wall_s": wall, "trials_per_s": n / wall}
 
 
-def _pg_bin(name: str) -> str | None:
-    return shutil.which(name) or next(
-        iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)), None
-    )
-
-
 @contextlib.contextmanager
 def postgres() -> Iterator[str | None]:
-    """A throwaway PostgreSQL server's URL (as tests/search/conftest.py starts it), or None."""
-    bins = {name: _pg_bin(name) for name in ("initdb", "pg_ctl", "createdb")}
-    if not all(bins.values()):
+    """A throwaway PostgreSQL server's URL (tests/pg_server.py, as the tests start it), or None
+    when PostgreSQL is not installed."""
+    from tests.pg_server import PostgresMissing, throwaway_postgres
+
+    try:
+        server = contextlib.ExitStack()
+        url = server.enter_context(throwaway_postgres()).url
+    except PostgresMissing:
         yield None
         return
-    root = Path(tempfile.mkdtemp(prefix="detol-pg-bench-"))
-    run_as: list[str] = []
-    if os.geteuid() == 0:  # PostgreSQL refuses to run as root
-        run_as = ["runuser", "-u", "postgres", "--"]
-        shutil.chown(root, "postgres")
-        os.chmod(root, 0o700)
-    password = "bench-pw"
-    (root / "pw").write_text(password + "\n")
-    if run_as:
-        shutil.chown(root / "pw", "postgres")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    pg_ctl = [*run_as, str(bins["pg_ctl"]), "-D", str(root / "data"), "-l", str(root / "log"),
-              "-o", f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off "
-              "-c max_connections=200"]
-
-    def run(argv: list[str], **kw: Any) -> None:
-        subprocess.run(argv, check=True, capture_output=True, timeout=120, **kw)
-
-    run([*run_as, str(bins["initdb"]), "-D", str(root / "data"), "-U", "detol",
-         "--auth=scram-sha-256", f"--pwfile={root / 'pw'}", "--no-sync"])
-    run([*pg_ctl, "-w", "start"])
-    try:
-        run([str(bins["createdb"]), "-h", "127.0.0.1", "-p", str(port), "-U", "detol", "detol"],
-            env={**os.environ, "PGPASSWORD": password})
-        yield f"postgresql://detol:{password}@127.0.0.1:{port}/detol"
-    finally:
-        with contextlib.suppress(subprocess.SubprocessError):
-            run([*pg_ctl, "-m", "immediate", "-w", "stop"])
-        shutil.rmtree(root, ignore_errors=True)
+    with server:
+        yield url
 
 
 def storage(each: int) -> dict[str, Any]:
