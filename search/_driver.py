@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 import math
 import os
+import queue
 import random
 import time
 from collections.abc import Callable
@@ -171,6 +172,9 @@ class Driver:
         self.noise_seed = random.getrandbits(32) if seed is None else seed * 1_000_003
         self.simulated = is_benchmark(sf.objective)
         self.sim_clock = 0.0
+        # Futures that have ended, put here by Dask as each ends (real trials): the loop takes
+        # them in O(1) instead of waiting on every running future at each turn.
+        self._ended: queue.SimpleQueue[Future] = queue.SimpleQueue()
 
     def _finished_count(self) -> int:
         return finished_configurations(self.study)
@@ -186,7 +190,6 @@ class Driver:
 
     def _submit(self, counts: RunCounts) -> tuple[Future, _Running] | None:
         trial = self.study.ask()
-        trial.set_user_attr(DRIVER_ATTR, self.owner)  # claimed at once: see recover_orphans
         if self.sf.objective is not None:
             return self._submit_function(trial, counts)
         attrs = trial.user_attrs  # an enqueued continuation or retry carries its resume point
@@ -202,6 +205,7 @@ class Driver:
             if resume is not None:
                 continue_curve(self.study, trial, resume, len(self.sf.objectives) > 1)
         except Exception as exc:  # a sampler or space problem fails this trial, not the study
+            self._claim(trial)
             self._fail(trial, counts, {"exit_reason": f"could not build the trial: {exc}"})
             return None
         spec = TrialSpec(
@@ -229,6 +233,7 @@ class Driver:
             pure=False,
             retries=0,  # the driver decides about retries, never Dask
         )
+        self._claim(trial, future)
         self.on_event("started", trial, counts, None)
         carried = {
             "epochs": float(attrs.get("detol:lineage_epochs", 0)),
@@ -249,6 +254,7 @@ class Driver:
         try:
             params = self.space.suggest(trial)
         except Exception as exc:  # a sampler or space problem fails this trial, not the study
+            self._claim(trial)
             self._fail(trial, counts, {"exit_reason": f"could not build the trial: {exc}"})
             return None
         if params.get("genome") is not None:
@@ -272,8 +278,17 @@ class Driver:
             pure=False,
             retries=0,
         )
+        self._claim(trial, future)
         self.on_event("started", trial, counts, None)
         return future, _Running(trial, 1, sim_start=self.sim_clock)
+
+    def _claim(self, trial: optuna.Trial, future: Future | None = None) -> None:
+        """Record this driver as the trial's owner (see recover_orphans), right after its job
+        is submitted: the worker starts while the claim is written. A real trial's future
+        reports its end to ``_collect``."""
+        if future is not None and not self.simulated:
+            future.add_done_callback(self._ended.put)
+        trial.set_user_attr(DRIVER_ATTR, self.owner)
 
     def _fail(
         self,
@@ -353,11 +368,7 @@ class Driver:
         """The trials to tell now, each with its result, taken out of ``running``."""
         if self.simulated:
             return self._collect_simulated(running)
-        try:
-            done, _ = wait(list(running), timeout=0.5, return_when="FIRST_COMPLETED")
-        except TimeoutError:
-            done = set()
-        out = [(f, running.pop(f), _result(f)) for f in done]
+        out = [(f, running.pop(f), _result(f)) for f in self._ended_now() if f in running]
         limit = self.sf.budget.trial_timeout
         if limit is not None:
             # MPI jobs stop themselves at trial_timeout; this catches function objectives and
@@ -369,6 +380,19 @@ class Driver:
                 reason = f"trial_timeout of {limit:g} s reached"
                 out.append((f, running.pop(f), {"state": "failed", "exit_reason": reason}))
         return out
+
+    def _ended_now(self, timeout: float = 0.5) -> list[Future]:
+        """The futures that ended since the last call, waiting up to ``timeout`` for one (a
+        future cancelled at its timeout may come again here: not running, it is skipped)."""
+        try:
+            ended = [self._ended.get(timeout=timeout)]
+        except queue.Empty:
+            return []
+        while True:
+            try:
+                ended.append(self._ended.get_nowait())
+            except queue.Empty:
+                return ended
 
     def _collect_simulated(
         self, running: dict[Future, _Running]

@@ -250,6 +250,8 @@ class Display:
             transient=False,
         )
         name = study.study_name if len(study.study_name) <= 14 else study.study_name[:13] + "…"
+        self.show_bar = show_bar
+        self.best = self._best()  # read again when a trial completes: nothing else changes it
         self.task = self.progress.add_task(name, total=target, stats=self._stats(RunCounts()))
 
     def _best(self) -> str:
@@ -264,10 +266,14 @@ class Display:
         if kind in ("complete", "pruned", "failed") and trial is not None and result is not None:
             self.progress.console.print(_trial_line(kind, trial, result, self.names),
                                         highlight=False, soft_wrap=True)
+        if not self.show_bar:  # the counters are only drawn on the bar
+            return
+        if kind == "complete":
+            self.best = self._best()
         self.progress.update(self.task, completed=c.finished, stats=self._stats(c))
 
     def _stats(self, c: RunCounts) -> str:
-        return f"run {c.running} ok {c.complete} pruned {c.pruned} fail {c.failed} {self._best()}"
+        return f"run {c.running} ok {c.complete} pruned {c.pruned} fail {c.failed} {self.best}"
 
 
 def _trial_line(kind: str, trial: Any, result: dict[str, Any], names: list[str]) -> str:
