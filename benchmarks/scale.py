@@ -43,6 +43,7 @@ import contextlib
 import cProfile
 import io
 import json
+import math
 import os
 import pstats
 import statistics
@@ -323,17 +324,61 @@ def profiles(urls: dict[str, str], trials: int) -> dict[str, Any]:
     return out
 
 
-def wall_table(profile_rows: dict[str, Any]) -> dict[str, Any]:
-    """How many concurrent trials one driver keeps >= 95 % busy, per storage and trial length:
-    the driver can start at most 1 / t trials a second (t: its seconds per trial, measured), and
-    W workers running trials of d seconds need W / d a second, so W <= 0.95 * d / t."""
+def fit_driver_cost(rows: list[dict[str, Any]], storage: str, kind: str) -> dict[str, float]:
+    """Seconds of driver per finished trial as a line in the number running, t(W) = a + b W,
+    fitted (least squares) to the sustained zero-work throughput at each concurrency."""
+    points = [(r["concurrency"], 1.0 / r["trials_per_s"]) for r in rows
+              if (r["storage"], r["kind"], r["work"]) == (storage, kind, "zero")]
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    if len(points) < 2:
+        return {"a_s": ys[0] if ys else float("nan"), "b_s_per_running": 0.0,
+                "points": len(points)}
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum(
+        (x - mx) ** 2 for x in xs)
+    b = max(b, 0.0)  # a cost that falls with load is noise: take it as flat
+    return {"a_s": my - b * mx, "b_s_per_running": b, "points": len(points)}
+
+
+def utilisation(workers: int, duration_s: float, a: float, b: float) -> float:
+    """Busy share of ``workers`` running trials of ``duration_s`` fed by one driver that spends
+    t = a + b * workers seconds per trial: each trial waits t for its hand-over plus the queue
+    of other hand-overs (M/D/1: rho t / (2 (1 - rho)), rho = workers t / duration)."""
+    t = a + b * workers
+    rho = workers * t / duration_s
+    if rho >= 1.0:
+        return duration_s / (workers * t)  # the driver is the bottleneck: it sets the pace
+    return duration_s / (duration_s + t + rho * t / (2.0 * (1.0 - rho)))
+
+
+def max_workers(duration_s: float, a: float, b: float) -> int:
+    """The most workers one driver keeps >= UTILISATION busy (bisection; u falls with W)."""
+    lo, hi = 0, 1
+    while utilisation(hi, duration_s, a, b) >= UTILISATION and hi < 10**9:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if utilisation(mid, duration_s, a, b) >= UTILISATION else (lo, mid)
+    return lo
+
+
+def wall_table(rows: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    """How many concurrent trials one driver keeps >= 95 % busy, per storage and trial length,
+    from the driver's measured seconds per trial and how they grow with the trials running."""
     table: dict[str, Any] = {}
-    for storage, row in profile_rows.items():
-        t = row["wall_s"] / row["trials"]
+    for storage in sorted({r["storage"] for r in rows if r["storage"] != "bare_dask"}):
+        fit = fit_driver_cost(rows, storage, kind)
+        a, b = fit["a_s"], fit["b_s_per_running"]
+        workers = {label: max_workers(d, a, b) for label, d in DURATIONS_S.items()}
         table[storage] = {
-            "driver_s_per_trial": t,
-            "max_trials_per_s": 1.0 / t,
-            "workers": {label: int(UTILISATION * d / t) for label, d in DURATIONS_S.items()},
+            "kind": kind,
+            "driver_s_per_trial_fit": fit,
+            "driver_ms_per_trial_at": {str(w): 1000.0 * (a + b * w) for w in (64, 256, 1024)},
+            "workers_at_95pct": workers,
+            # Without the queueing model: the driver's own ceiling, W t(W) = duration.
+            "workers_driver_saturated": {
+                label: int((math.sqrt(a * a + 4 * b * d) - a) / (2 * b)) if b > 0 else int(d / a)
+                for label, d in DURATIONS_S.items()},
         }
     return table
 
@@ -392,9 +437,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with _storages(not args.no_postgres) as urls:
             result["profile"] = profiles(urls, args.profile_trials or (150 if args.quick else 1000))
-            result["wall"] = wall_table(result["profile"])
             if not args.only_profile:
                 result["throughput"] = throughput(urls, concurrencies, trials_for, kinds)
+                result["wall"] = wall_table(result["throughput"], kinds[-1])
         if not args.no_bookkeeping and not args.only_profile:
             result["bookkeeping"] = bookkeeping(20 if args.quick else 200)
     except BenchmarkError as exc:
@@ -405,10 +450,11 @@ def main(argv: list[str] | None = None) -> int:
         print("sustained finished trials per second (10th to 90th percentile of finishing "
               "times)")
         print(format_table(result["throughput"]))
-    for storage, row in result["wall"].items():
-        print(f"wall, {storage}: {row['driver_s_per_trial'] * 1000:.2f} ms of driver per trial "
-              f"({row['max_trials_per_s']:.0f} trials/s): workers kept >= 95 % busy: "
-              + ", ".join(f"{k} trials {v:,}" for k, v in row["workers"].items()))
+    for storage, row in result.get("wall", {}).items():
+        at = row["driver_ms_per_trial_at"]
+        print(f"wall, {storage} ({row['kind']}): driver ms per trial at 64 / 256 / 1,024 running "
+              f"{at['64']:.1f} / {at['256']:.1f} / {at['1024']:.1f}; workers kept >= 95 % busy: "
+              + ", ".join(f"{k} trials {v:,}" for k, v in row["workers_at_95pct"].items()))
     if "bookkeeping" in result:
         bk = result["bookkeeping"]
         print(f"bookkeeping: {bk['trials']} x {bk['sleep_s']} s, 2 at a time: driver loop "

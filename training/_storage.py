@@ -12,12 +12,13 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any
 
 import optuna
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
+from optuna.trial import FrozenTrial, TrialState
 
 DEFAULT_STORAGE = "detol.journal"
 _RDB_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql", "mariadb", "oracle", "mssql")
@@ -153,7 +154,10 @@ class RetryingStorage(BaseStorage):
         return getattr(self._inner, name)
 
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        method: Callable[..., Any] = getattr(self._inner, name)
+        return self._call_on(self._inner, name, *args, **kwargs)
+
+    def _call_on(self, target: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        method: Callable[..., Any] = getattr(target, name)
         deadline = time.monotonic() + self._retry_seconds
         delay = 0.25
         attempt = 0
@@ -192,6 +196,27 @@ for _name, _ in inspect.getmembers(BaseStorage, inspect.isfunction):
     if not _name.startswith("_"):
         setattr(RetryingStorage, _name, _retrying(_name))
 RetryingStorage.__abstractmethods__ = frozenset()
+
+_WAITING_ONLY = (TrialState.WAITING,)
+
+
+def _get_all_trials(
+    self: RetryingStorage,
+    study_id: int,
+    deepcopy: bool = True,
+    states: Container[TrialState] | None = None,
+) -> list[FrozenTrial]:
+    """As the wrapped storage's, but the queue of WAITING trials (``Study.ask`` looks at it on
+    every call) is read from the database alone: Optuna's cache would first re-read every
+    RUNNING trial in full, a cost that grows with the trials running (issue 18)."""
+    backend = getattr(self._inner, "_backend", None)
+    if backend is not None and isinstance(states, tuple) and states == _WAITING_ONLY:
+        return self._call_on(backend, "get_all_trials", study_id, deepcopy=deepcopy,
+                             states=states)
+    return self._call("get_all_trials", study_id, deepcopy=deepcopy, states=states)
+
+
+RetryingStorage.get_all_trials = _get_all_trials  # type: ignore[method-assign]
 
 
 def load_study(study_name: str, url: str) -> optuna.Study:

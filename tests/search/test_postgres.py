@@ -91,3 +91,24 @@ def test_search_run_four_workers_two_hundred_trials(postgres_url: str, tmp_path:
     assert all(t.value == t.params["x"] ** 2 for t in trials)
     stored = json.dumps([t.user_attrs for t in trials] + [study.user_attrs], default=str)
     assert password not in stored
+
+
+def test_ask_reads_the_queue_without_reloading_every_running_trial(postgres_url: str) -> None:
+    storage = open_storage(postgres_url)
+    study = optuna.create_study(study_name="ask-queue", storage=storage,
+                                sampler=optuna.samplers.RandomSampler(seed=0))
+    running = [study.ask() for _ in range(20)]
+    study.enqueue_trial({"x": 0.25})
+    cache = storage._inner  # noqa: SLF001 - Optuna's cache over the database
+    reloads = []
+    sync = cache._read_trials_from_remote_storage  # noqa: SLF001
+    cache._read_trials_from_remote_storage = lambda sid: (reloads.append(sid), sync(sid))[1]
+    queued = study.ask()
+    fresh = study.ask()
+    assert reloads == []  # before: one reload of all 20 RUNNING trials per ask
+    assert queued.suggest_float("x", 0, 1) == 0.25  # the queued trial comes first, as before
+    assert queued.number == 20 and fresh.number == 21
+    for trial in [*running, queued, fresh]:
+        study.tell(trial, 0.0)
+    assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 22
+    assert reloads  # the cache is still used for everything else
