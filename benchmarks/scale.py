@@ -20,11 +20,18 @@ What is measured, in one run:
 * ``bookkeeping`` -- ``benchmarks/overhead.py``'s figure, imported, not copied: 200 trials that
   sleep 0.5 s, 2 at a time, through the driver, beside the same sleeps on bare Dask in the same
   run (the floor). Goal: driver loop / floor <= 1.03.
-* ``wall`` -- from the measured per-trial driver time t (seconds of the driver's one thread per
-  finished trial at concurrency 64, threads) and a trial of duration d, one driver keeps W
-  workers >= 95 % busy while W * t <= 0.05 * d / 0.95... more simply: the driver must hand out W
-  / d trials a second, and it can hand out at most 1 / t, with 5 % of the trial time left for
-  the hand-over: W_max = 0.95 * d / t (rounded down), for d = 1 s, 1 min, 10 min, each storage.
+* ``wall`` -- how many concurrent trials one driver keeps >= 95 % busy, for trials of 1 s,
+  1 min and 10 min, per storage: the driver's seconds per finished trial, t = 1 / (sustained
+  zero-work trials/s), fitted as a line in the number running (t(W) = a + b W: PostgreSQL's
+  per-trial reads grow with it) over the ``threads`` cells (the full grid for both storages); a
+  trial of d seconds then waits t(W) for its hand-over plus the queue of other hand-overs (M/D/1,
+  rho = W t(W) / d), and W_max is the largest W whose busy share d / (d + wait) >= 0.95. Also
+  given: W at which the driver saturates outright (W t(W) = d).
+
+PostgreSQL runs beyond (threads, zero work) only at concurrency 8 and 64 (about 20x slower per
+trial than the journal here); near-zero work runs on threads only. Each storage's profile and
+the deterministic counts per trial (journal appends, SQL statements, ORM rows loaded,
+best-value reads) come from ``cProfile`` (the driver's thread only).
 
 Yardsticks: Ray Tune's published scalability release tests (10,000 one-second trials on 16 CPUs
 in 1.14x the ideal time; "about 500 results/s" before logging), DeepHyper's > 95 % worker
@@ -201,10 +208,22 @@ PHASES: dict[str, tuple[tuple[str, str, str | None], ...]] = {
     "claim": (("optuna/trial/_trial.py", "set_user_attr", "_submit"),
               ("optuna/trial/_trial.py", "set_user_attr", "_claim")),
     "submit": (("distributed/client.py", "submit", None),),
-    "dask_wait": (("distributed/client.py", "wait", None),),
+    "dask_wait": (("distributed/client.py", "wait", None),
+                  ("search/_driver.py", "_ended_now", None)),
     "result": (("search/_driver.py", "_result", None),),
     "tell": (("search/_driver.py", "_finish", None),),
     "progress": (("benchmarks/scale.py", "__call__", None),),
+}
+
+
+# Calls per trial that do not depend on the machine's load: what the driver asks of the storage.
+COUNTS: dict[str, tuple[str, str]] = {
+    "journal_appends (fsync)": ("~", "<built-in method posix.fsync>"),
+    "journal_log_reads": ("optuna/storages/journal/_file.py", "read_logs"),
+    "sql_statements": ("psycopg/cursor.py", "execute"),
+    "orm_rows_loaded": ("sqlalchemy/orm/loading.py", "_populate_full"),
+    "best_trial_reads": ("study.py", "best_value"),
+    "frozen_trial_value_reads": ("optuna/trial/_frozen.py", "value"),
 }
 
 
@@ -225,11 +244,15 @@ def breakdown(profiler: cProfile.Profile, trials: int, wall: float) -> dict[str,
                     total += sum(c[3] for (_p, _l, f), c in callers.items() if f == caller)
         phases[phase] = 1000.0 * total / trials
     phases["other"] = 1000.0 * wall / trials - sum(phases.values())
+    counts = {name: sum(v[1] for (path, _l, fn), v in raw.items()
+                        if path.endswith(frag) and fn == want) / trials
+              for name, (frag, want) in COUNTS.items()}
     text = io.StringIO()
     pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(15)
     cum = io.StringIO()
     pstats.Stats(profiler, stream=cum).sort_stats("cumulative").print_stats(25)
-    return {"ms_per_trial": phases, "wall_ms_per_trial": 1000.0 * wall / trials,
+    return {"ms_per_trial": phases, "calls_per_trial": counts,
+            "wall_ms_per_trial": 1000.0 * wall / trials,
             "top_tottime": _trim(text.getvalue()), "top_cumulative": _trim(cum.getvalue())}
 
 
@@ -346,6 +369,8 @@ def profiles(urls: dict[str, str], trials: int) -> dict[str, Any]:
             phases = row["profile"]["ms_per_trial"]
             print(f"profile {storage}: {row['profile']['wall_ms_per_trial']:.2f} ms/trial: "
                   + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()), flush=True)
+            print("  per trial: " + ", ".join(
+                f"{k} {v:.1f}" for k, v in row["profile"]["calls_per_trial"].items()), flush=True)
             print("\n".join(row["profile"]["top_tottime"][:12]), flush=True)
     return out
 
@@ -445,11 +470,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--only-profile", action="store_true",
                         help="the profiles (and the wall table) only")
+    parser.add_argument("--concurrency", type=int, nargs="+", help="instead of the default list")
     parser.add_argument("--profile-trials", type=int, default=None,
                         help="trials per profiled run (default 1,000; --quick 150)")
     args = parser.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    concurrencies = (8, 32) if args.quick else CONCURRENCY
+    concurrencies = tuple(args.concurrency) if args.concurrency else (8, 32) if args.quick else CONCURRENCY
     kinds = ("threads",) if args.quick else KINDS
 
     started = time.perf_counter()
@@ -460,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
             result["profile"] = profiles(urls, args.profile_trials or (100 if args.quick else 1000))
             if not args.only_profile:
                 result["throughput"] = throughput(urls, concurrencies, kinds, args.quick)
-                result["wall"] = wall_table(result["throughput"], kinds[-1])
+                result["wall"] = wall_table(result["throughput"], "threads")
         if not args.no_bookkeeping and not args.only_profile:
             result["bookkeeping"] = bookkeeping(20 if args.quick else 200)
     except BenchmarkError as exc:
