@@ -475,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="trials per profiled run (default 1,000; --quick 150)")
     args = parser.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    concurrencies = tuple(args.concurrency) if args.concurrency else (8, 32) if args.quick else CONCURRENCY
+    concurrencies = tuple(args.concurrency or ((8, 32) if args.quick else CONCURRENCY))
     kinds = ("threads",) if args.quick else KINDS
 
     started = time.perf_counter()

@@ -32,6 +32,12 @@ def driver_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def driver_beat_key(owner: str) -> str:
+    """The study attribute that holds driver ``owner``'s last heartbeat (wall-clock time): one
+    write per ``HEARTBEAT_S`` for all its running trials, however many run."""
+    return f"{HEARTBEAT_ATTR}:{owner}"
+
+
 STUDY_ATTR = "detol:study"  # the validated study file the study was made with (its latest form)
 CHANGES_ATTR = "detol:study_changes"  # the accepted changes, one entry per run that made some
 
@@ -237,6 +243,7 @@ def recover_orphans(
     host = socket.gethostname()
     failed = []
     unclaimed = []
+    study_attrs = study.user_attrs  # the drivers' heartbeats (driver_beat_key)
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         owner = str(t.user_attrs.get(DRIVER_ATTR, ""))
         if not owner:
@@ -247,9 +254,12 @@ def recover_orphans(
             _fail_orphan(study, t, f"driver {owner} died while the trial ran", max_retries)
             failed.append(t.number)
             continue
-        beat = t.user_attrs.get(HEARTBEAT_ATTR)  # before the first beat: the trial's start
-        if not isinstance(beat, int | float):
-            beat = t.datetime_start.timestamp() if t.datetime_start else time.time()
+        # The driver's beat, or (drivers before issue 18) the trial's own; before the first
+        # beat, the trial's start.
+        beats = [b for b in (study_attrs.get(driver_beat_key(owner)),
+                             t.user_attrs.get(HEARTBEAT_ATTR)) if isinstance(b, int | float)]
+        beat = max(beats) if beats else (
+            t.datetime_start.timestamp() if t.datetime_start else time.time())
         silent = time.time() - float(beat)
         if owner_host != host and silent > stale_after_s:
             why = f"driver {owner} sent no heartbeat for {silent:.0f} s"

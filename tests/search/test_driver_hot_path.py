@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 
 from search._driver import Driver, RunCounts
 from search._run import Display
-from search._study import DRIVER_ATTR, open_study
+from search._study import DRIVER_ATTR, HEARTBEAT_ATTR, driver_beat_key, open_study
 from search._study_file import load_study_file
 
 
@@ -133,3 +133,16 @@ def test_progress_reads_the_best_value_only_when_a_trial_completes(
     assert storage.best_reads - reads == (3 if show_bar else 0)
     if show_bar:
         assert display.best == "best 1"
+
+
+def test_the_heartbeat_is_one_write_per_driver_not_one_per_running_trial(
+    tmp_path: Path, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("search._driver.HEARTBEAT_S", 0.1)
+    storage = JournalStorage(JournalFileBackend(str(tmp_path / "s.journal")))
+    driver, counts, study = _drive(tmp_path, client, storage, module="hot_beat", trials=12,
+                                   sleep=0.4)
+    assert counts.complete == 12
+    beat = study.user_attrs[driver_beat_key(driver.owner)]
+    assert isinstance(beat, float)
+    assert not [t.number for t in study.get_trials() if HEARTBEAT_ATTR in t.user_attrs]

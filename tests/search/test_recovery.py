@@ -197,3 +197,23 @@ def test_kill_on_a_terminal_gives_the_cursor_back(tmp_path: Path) -> None:
     # At 80 columns the bar keeps its width, its counters and the elapsed time.
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", seen.decode(errors="replace"))
     assert re.search(r"━{16} +0/20 run 1 ok 0 pruned 0 fail 0 best - +0:00:\d\d", text), text
+
+
+def test_one_driver_heartbeat_keeps_all_its_trials_on_another_host(tmp_path: Path) -> None:
+    from search._study import HEARTBEAT_ATTR, driver_beat_key
+
+    study = optuna.create_study(study_name="s", storage=open_storage(str(tmp_path / "j")))
+    dist = {"lr": optuna.distributions.FloatDistribution(0.001, 0.1)}
+    kept = [study.ask(dist) for _ in range(3)]
+    for trial in kept:  # started long ago, the trials' own (old-style) beats long stale
+        trial.set_user_attr(DRIVER_ATTR, "other-host:4244")
+        trial.set_user_attr(HEARTBEAT_ATTR, time.time() - 600)
+    study.set_user_attr(driver_beat_key("other-host:4244"), time.time() - 5)
+    gone = study.ask(dist)
+    gone.set_user_attr(DRIVER_ATTR, "other-host:4245")
+    study.set_user_attr(driver_beat_key("other-host:4245"), time.time() - 600)
+
+    assert recover_orphans(study, claim_wait_s=0.1) == [gone.number]
+    trials = study.get_trials()
+    assert all(trials[t.number].state is TrialState.RUNNING for t in kept)
+    assert "sent no heartbeat for 6" in trials[gone.number].user_attrs["exit_reason"]
