@@ -24,9 +24,11 @@ What is measured, in one run:
   1 min and 10 min, per storage: the driver's seconds per finished trial, t = 1 / (sustained
   zero-work trials/s), fitted as a line in the number running (t(W) = a + b W: PostgreSQL's
   per-trial reads grow with it) over the ``threads`` cells (the full grid for both storages); a
-  trial of d seconds then waits t(W) for its hand-over plus the queue of other hand-overs (M/D/1,
-  rho = W t(W) / d), and W_max is the largest W whose busy share d / (d + wait) >= 0.95. Also
-  given: W at which the driver saturates outright (W t(W) = d).
+  trial of d seconds then waits for the part of t(W) between its end and the next submission
+  (ask, suggest, submit, result: the share comes from the profile) plus the other hand-overs
+  queued before it (mean value analysis of the closed network of W workers and one driver),
+  and W_max is the largest W whose busy share d / (d + wait) >= 0.95. Also given: W at which
+  the driver saturates outright (W t(W) = d).
 
 PostgreSQL runs beyond (threads, zero work) only at concurrency 8 and 64 (about 20x slower per
 trial than the journal here); near-zero work runs on threads only. Each storage's profile and
@@ -391,41 +393,46 @@ def fit_driver_cost(rows: list[dict[str, Any]], storage: str, kind: str) -> dict
     return {"a_s": my - b * mx, "b_s_per_running": b, "points": len(points)}
 
 
-def utilisation(workers: int, duration_s: float, a: float, b: float) -> float:
-    """Busy share of ``workers`` running trials of ``duration_s`` fed by one driver that spends
-    t = a + b * workers seconds per trial: each trial waits t for its hand-over plus the queue
-    of other hand-overs (M/D/1: rho t / (2 (1 - rho)), rho = workers t / duration)."""
-    t = a + b * workers
-    rho = workers * t / duration_s
-    if rho >= 1.0:
-        return duration_s / (workers * t)  # the driver is the bottleneck: it sets the pace
-    return duration_s / (duration_s + t + rho * t / (2.0 * (1.0 - rho)))
+def max_workers(duration_s: float, a: float, b: float, share: float, cap: int = 10**6) -> int:
+    """The most workers one driver keeps >= UTILISATION busy: a closed queueing network (mean
+    value analysis) of W workers, each running a trial of ``duration_s`` and then waiting at
+    the driver, one server that spends t = a + b W per trial, ``share`` of it before the next
+    trial's submission (ask, suggest, submit, result; the tell comes after). With n trials:
+    R_full(n) = t (1 + Q(n-1)), a worker waits R(n) = R_full(n) - (1 - share) t,
+    X(n) = n / (d + R(n)), Q(n) = X(n) R_full(n); busy share u = X(n) d / n."""
+    queue = 0.0
+    for n in range(1, cap + 1):
+        t = a + b * n
+        full = t * (1.0 + queue)
+        throughput = n / (duration_s + full - (1.0 - share) * t)
+        queue = throughput * full
+        if throughput * duration_s / n < UTILISATION:
+            return n - 1
+    return cap
 
 
-def max_workers(duration_s: float, a: float, b: float) -> int:
-    """The most workers one driver keeps >= UTILISATION busy (bisection; u falls with W)."""
-    lo, hi = 0, 1
-    while utilisation(hi, duration_s, a, b) >= UTILISATION and hi < 10**9:
-        lo, hi = hi, hi * 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if utilisation(mid, duration_s, a, b) >= UTILISATION else (lo, mid)
-    return lo
+CRITICAL = ("ask", "suggest", "submit", "dask_wait", "result")
 
 
-def wall_table(rows: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+def wall_table(rows: list[dict[str, Any]], kind: str,
+               profile: dict[str, Any]) -> dict[str, Any]:
     """How many concurrent trials one driver keeps >= 95 % busy, per storage and trial length,
-    from the driver's measured seconds per trial and how they grow with the trials running."""
+    from the driver's measured seconds per trial, how they grow with the trials running, and
+    the share of them a worker waits for (from the storage's profile)."""
     table: dict[str, Any] = {}
     for storage in sorted({r["storage"] for r in rows if r["storage"] != "bare_dask"}):
         fit = fit_driver_cost(rows, storage, kind)
         a, b = fit["a_s"], fit["b_s_per_running"]
-        workers = {label: max_workers(d, a, b) for label, d in DURATIONS_S.items()}
+        phases = profile[storage]["profile"]["ms_per_trial"]
+        share = sum(phases[p] for p in CRITICAL) / profile[storage]["profile"][
+            "wall_ms_per_trial"]
         table[storage] = {
             "kind": kind,
             "driver_s_per_trial_fit": fit,
+            "critical_share": share,
             "driver_ms_per_trial_at": {str(w): 1000.0 * (a + b * w) for w in (64, 256, 1024)},
-            "workers_at_95pct": workers,
+            "workers_at_95pct": {label: max_workers(d, a, b, share)
+                                 for label, d in DURATIONS_S.items()},
             # Without the queueing model: the driver's own ceiling, W t(W) = duration.
             "workers_driver_saturated": {
                 label: int((math.sqrt(a * a + 4 * b * d) - a) / (2 * b)) if b > 0 else int(d / a)
@@ -460,6 +467,20 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _commit() -> str | None:
+    """The checkout's commit (and whether it has local changes), for the record."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, cwd=Path(__file__).parent).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + (" (modified)" if dirty.strip() else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
@@ -470,6 +491,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--only-profile", action="store_true",
                         help="the profiles (and the wall table) only")
+    parser.add_argument("--before", type=Path, default=None,
+                        help="a JSON this script wrote on older code (e.g. --only-profile): its "
+                        "profiles are kept as profile_before, beside this run's")
     parser.add_argument("--concurrency", type=int, nargs="+", help="instead of the default list")
     parser.add_argument("--profile-trials", type=int, default=None,
                         help="trials per profiled run (default 1,000; --quick 150)")
@@ -486,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
             result["profile"] = profiles(urls, args.profile_trials or (100 if args.quick else 1000))
             if not args.only_profile:
                 result["throughput"] = throughput(urls, concurrencies, kinds, args.quick)
-                result["wall"] = wall_table(result["throughput"], "threads")
+                result["wall"] = wall_table(result["throughput"], "threads", result["profile"])
         if not args.no_bookkeeping and not args.only_profile:
             result["bookkeeping"] = bookkeeping(20 if args.quick else 200)
     except BenchmarkError as exc:
@@ -519,6 +543,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine": machine("optuna", "dask", "distributed", "sqlalchemy", "psycopg2-binary",
                                load_average_before=load_before, load_average_after=load_after),
             "quick": args.quick,
+            "code": _commit(),
             "settings": {"concurrency": list(concurrencies), "kinds": list(kinds),
                          "work_s": WORK_S, "profile_concurrency": PROFILE_CONCURRENCY,
                          "utilisation": UTILISATION, "durations_s": DURATIONS_S},
@@ -526,6 +551,10 @@ def main(argv: list[str] | None = None) -> int:
             **result,
             "runtime_s": runtime,
         }
+        if args.before is not None:
+            before = json.loads(args.before.read_text())
+            payload["profile_before"] = {"date": before["date"], "machine": before["machine"],
+                                         "code": before.get("code"), **before["profile"]}
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(payload, indent=1) + "\n")
         print(f"wrote {args.json}", file=sys.stderr)
