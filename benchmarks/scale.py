@@ -540,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
         payload = {
             "benchmark": "scale",
             "date": now_iso(),
-            "machine": machine("optuna", "dask", "distributed", "sqlalchemy", "psycopg2-binary",
+            "machine": machine("optuna", "dask", "distributed", "sqlalchemy", "psycopg",
                                load_average_before=load_before, load_average_after=load_after),
             "quick": args.quick,
             "code": _commit(),
