@@ -364,11 +364,13 @@ class Driver:
 
     def _collect(
         self, running: dict[Future, _Running]
-    ) -> list[tuple[Future, _Running, dict[str, Any]]]:
-        """The trials to tell now, each with its result, taken out of ``running``."""
+    ) -> list[tuple[Future, _Running, dict[str, Any] | None]]:
+        """The trials to tell now, each with its result, taken out of ``running``. A real
+        trial's result is None here: fetched (``_outcome``) once its successor is submitted."""
         if self.simulated:
-            return self._collect_simulated(running)
-        out = [(f, running.pop(f), _result(f)) for f in self._ended_now() if f in running]
+            return self._collect_simulated(running)  # type: ignore[return-value]
+        out: list[tuple[Future, _Running, dict[str, Any] | None]] = [
+            (f, running.pop(f), None) for f in self._ended_now() if f in running]
         limit = self.sf.budget.trial_timeout
         if limit is not None:
             # MPI jobs stop themselves at trial_timeout; this catches function objectives and
@@ -436,7 +438,7 @@ class Driver:
     def run(self, *, trials: int, concurrency: int, timeout: float | None) -> RunCounts:
         counts = RunCounts(finished_before=self._finished_count(), target=trials)
         running: dict[Future, _Running] = {}
-        done: list[tuple[Future, _Running, dict[str, Any]]] = []
+        done: list[tuple[Future, _Running, dict[str, Any] | None]] = []
         # With several trials running the study is asynchronous anyway, so a freed slot gets its
         # next trial before the finished one is told: workers never wait for the bookkeeping.
         # One at a time (and on a simulated clock), the tell comes first, so the strategy sees
@@ -464,8 +466,8 @@ class Driver:
                         running, counts, concurrency=concurrency, trials=trials, untold=len(done)
                     )
                 while done:
-                    _future, run, result = done.pop(0)
-                    self._finish(run, result, counts)
+                    future, run, result = done.pop(0)
+                    self._finish(run, _outcome(future, result), counts)
                 if time.monotonic() - last_beat > HEARTBEAT_S:
                     # Lets drivers on other hosts tell our running trials from orphans: one
                     # write for all of them (one per trial: 1,024 writes every HEARTBEAT_S).
@@ -477,7 +479,7 @@ class Driver:
             # Ctrl-C, a cluster that cannot deliver, or a driver error: no trial is left RUNNING.
             for _future, run, result in done:  # ended before the interrupt: tell what happened
                 try:
-                    self._finish(run, result, counts)
+                    self._finish(run, _outcome(_future, result), counts)
                 except Exception:  # noqa: BLE001 - still fail it below rather than leave it
                     running[_future] = run
             why = _interruption(exc)
@@ -511,6 +513,10 @@ def _record_genome(trial: optuna.Trial, genome: Any) -> None:
     trial.set_user_attr("genome", genome.canonical_json)
     trial.set_user_attr("genome_key", genome.key)
     trial.set_user_attr("genome_summary", genome.summary())
+
+
+def _outcome(future: Future, result: dict[str, Any] | None) -> dict[str, Any]:
+    return _result(future) if result is None else result
 
 
 def _result(future: Future) -> dict[str, Any]:
