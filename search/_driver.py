@@ -190,6 +190,7 @@ class Driver:
 
     def _submit(self, counts: RunCounts) -> tuple[Future, _Running] | None:
         trial = self.study.ask()
+        trial.set_user_attr(DRIVER_ATTR, self.owner)  # claimed at once: see recover_orphans
         if self.sf.objective is not None:
             return self._submit_function(trial, counts)
         attrs = trial.user_attrs  # an enqueued continuation or retry carries its resume point
@@ -205,7 +206,6 @@ class Driver:
             if resume is not None:
                 continue_curve(self.study, trial, resume, len(self.sf.objectives) > 1)
         except Exception as exc:  # a sampler or space problem fails this trial, not the study
-            self._claim(trial)
             self._fail(trial, counts, {"exit_reason": f"could not build the trial: {exc}"})
             return None
         spec = TrialSpec(
@@ -233,7 +233,7 @@ class Driver:
             pure=False,
             retries=0,  # the driver decides about retries, never Dask
         )
-        self._claim(trial, future)
+        self._watch(future)
         self.on_event("started", trial, counts, None)
         carried = {
             "epochs": float(attrs.get("detol:lineage_epochs", 0)),
@@ -254,7 +254,6 @@ class Driver:
         try:
             params = self.space.suggest(trial)
         except Exception as exc:  # a sampler or space problem fails this trial, not the study
-            self._claim(trial)
             self._fail(trial, counts, {"exit_reason": f"could not build the trial: {exc}"})
             return None
         if params.get("genome") is not None:
@@ -278,17 +277,15 @@ class Driver:
             pure=False,
             retries=0,
         )
-        self._claim(trial, future)
+        self._watch(future)
         self.on_event("started", trial, counts, None)
         return future, _Running(trial, 1, sim_start=self.sim_clock)
 
-    def _claim(self, trial: optuna.Trial, future: Future | None = None) -> None:
-        """Record this driver as the trial's owner (see recover_orphans), right after its job
-        is submitted: the worker starts while the claim is written. A real trial's future
-        reports its end to ``_collect``."""
-        if future is not None and not self.simulated:
+    def _watch(self, future: Future) -> None:
+        """A real trial's future reports its end to ``_collect`` (the simulated clock waits on
+        every answer instead)."""
+        if not self.simulated:
             future.add_done_callback(self._ended.put)
-        trial.set_user_attr(DRIVER_ATTR, self.owner)
 
     def _fail(
         self,
