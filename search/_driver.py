@@ -12,7 +12,6 @@ table benchmark runs the same loop as a real sweep.
 
 from __future__ import annotations
 
-import heapq
 import math
 import os
 import random
@@ -32,6 +31,7 @@ from search._cluster_watch import ClusterFailed
 from search._objectives import is_benchmark, run_function_trial
 from search._promotion import PAUSED_ATTR, RESUME_OF_ATTR
 from search._registry import pruner_spec
+from search._simclock import EventQueue, SimClock, default_clock
 from search._segments import (
     artifact_directory,
     beside_storage,
@@ -143,6 +143,7 @@ class Driver:
         on_event: Event | None = None,
         watch: Watch | None = None,
         single_node: bool = False,
+        clock: SimClock | None = None,
     ) -> None:
         self.sf = sf
         self.study = study
@@ -170,7 +171,15 @@ class Driver:
         seed = sf.strategy.seed
         self.noise_seed = random.getrandbits(32) if seed is None else seed * 1_000_003
         self.simulated = is_benchmark(sf.objective)
-        self.sim_clock = 0.0
+        # A benchmark's simulated clock (search._simclock): what the driver's own work costs
+        # on it, and the running trials' events in the order they happen.
+        self.clock = clock if clock is not None else default_clock(sf.objective)
+        self.events = EventQueue(study=study, clock=self.clock, fetch=_result, lost=_lost_result)
+
+    @property
+    def sim_clock(self) -> float:
+        """The driver's simulated time (a benchmark objective)."""
+        return self.clock.now()
 
     def _finished_count(self) -> int:
         return finished_configurations(self.study)
@@ -273,7 +282,8 @@ class Driver:
             retries=0,
         )
         self.on_event("started", trial, counts, None)
-        return future, _Running(trial, 1, sim_start=self.sim_clock)
+        start = self.clock.serve() if self.simulated else 0.0  # the driver's work is charged
+        return future, _Running(trial, 1, sim_start=start)
 
     def _fail(
         self,
@@ -318,6 +328,7 @@ class Driver:
             trial.set_user_attr(key, value)
         if self.simulated:
             trial.set_user_attr("sim_clock_s", self.sim_clock)
+            trial.set_user_attr("sim_start_s", run.sim_start)
         if result.get("epochs_run") is not None:
             # The work of the whole lineage (earlier segments + this one), beside this
             # segment's own epochs_run and rank_seconds.
@@ -373,17 +384,12 @@ class Driver:
     def _collect_simulated(
         self, running: dict[Future, _Running]
     ) -> list[tuple[Future, _Running, dict[str, Any]]]:
-        """Discrete-event simulation: wait for every running answer (they are instant), then tell
-        the one that finishes first on the simulated clock."""
-        wait(list(running))
-        ends: list[tuple[float, int, Future, dict[str, Any]]] = []
-        for i, (f, run) in enumerate(running.items()):
-            result = _result(f)
-            end = run.sim_start + float(result.get("sim_time_s") or 0.0)
-            heapq.heappush(ends, (end, i, f, result))
-        end, _, f, result = ends[0]
-        self.sim_clock = max(self.sim_clock, end)
-        return [(f, running.pop(f), result)]
+        """Discrete-event simulation: the answers are instant; play the running trials' events
+        (epoch reports the pruner judges, faults) until one ends, and tell that one."""
+        self.clock.idle()  # waiting for the next event is not the driver's work
+        future, run, result = self.events.next_end(running)
+        self.clock.busy()
+        return [(future, run, result)]
 
     def _fill(
         self,
@@ -493,5 +499,10 @@ def _result(future: Future) -> dict[str, Any]:
     try:
         return dict(future.result())
     except Exception as exc:  # lost worker (KilledWorker), closed connection, cancelled task
-        reason = f"{type(exc).__name__}: {exc}".strip()
-        return {"state": "failed", "exit_reason": f"Dask worker lost: {reason}", "lost": True}
+        return _lost_result(exc)
+
+
+def _lost_result(exc: BaseException) -> dict[str, Any]:
+    """A trial whose answer never came (its worker or connection died): re-queued."""
+    reason = f"{type(exc).__name__}: {exc}".strip()
+    return {"state": "failed", "exit_reason": f"Dask worker lost: {reason}", "lost": True}
