@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import time
 import types
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
+from distributed import wait
 
 # A benchmark objective's prefix -> what the driver's work costs on its clock by default.
 DEFAULT_SERVICE: dict[str, float | str] = {"nb201": 0.0, "simulated": "measured"}
@@ -142,9 +144,10 @@ class EventQueue:
         self._pending: dict[Any, _Pending] = {}
         self._seq = itertools.count()
         self._reports = len(study.directions) == 1  # Optuna refuses multi-objective reports
+        self.round_trip_s = 0.0  # wall time spent waiting for Dask to compute the answers
 
     def add(self, future: Any, run: Any) -> None:
-        """A submitted trial's answer (already computed): its events join the queue."""
+        """A submitted trial's answer (computed, see next_end): its events join the queue."""
         started = time.perf_counter()
         result = self.fetch(future)
         self.clock.charge(time.perf_counter() - started)  # the driver reads the answer
@@ -173,9 +176,15 @@ class EventQueue:
     def next_end(self, running: dict[Any, Any]) -> tuple[Any, Any, Result]:
         """Play events until a trial ends (completes, fails, is lost or pruned); that trial,
         taken out of ``running``, and its result. The driver's clock moves to its end."""
-        for future, run in running.items():
-            if future not in self._pending:
-                self.add(future, run)
+        new = [f for f in running if f not in self._pending]
+        if new:
+            # Dask's round trip (submit -> worker -> done) overlaps the trials' work in a real
+            # sweep: waiting for it is not the driver's work; reading the answer is (add).
+            started = time.perf_counter()
+            wait(new)
+            self.round_trip_s += time.perf_counter() - started
+        for future in new:
+            self.add(future, running[future])
         while True:
             at, kind, _seq, future = heapq.heappop(self._heap)
             p = self._pending[future]
@@ -206,3 +215,57 @@ def _killed_worker(key: str, address: str) -> BaseException:
     from distributed.scheduler import KilledWorker
 
     return KilledWorker(key, types.SimpleNamespace(address=address), 0)  # type: ignore[arg-type]
+
+
+def utilisation(
+    intervals: list[tuple[float, float]], workers: int, start: float, stop: float
+) -> float:
+    """Busy worker-seconds in ``[start, stop]`` over the worker-seconds there (``workers *
+    (stop - start)``); ``intervals``: each trial's (start, end) on its worker.
+
+    >>> utilisation([(0, 10), (0, 5), (6, 10)], 2, 0, 10)  # 19 of 20 worker-seconds
+    0.95
+    """
+    if workers < 1 or stop <= start:
+        raise ValueError(f"utilisation: needs workers >= 1 and stop > start, got "
+                         f"{workers}, [{start}, {stop}]")
+    busy = sum(max(0.0, min(b, stop) - max(a, start)) for a, b in intervals)
+    return busy / (workers * (stop - start))
+
+
+def driver_bound(workers: int, busy_s: float, service_s: float) -> float:
+    """Worker utilisation when one serial driver serves ``workers`` trials of mean ``busy_s``
+    seconds, spending ``service_s`` of its own time on each (ask + submit + tell): the
+    machine-repairman model (finite-source queue M/M/1//W). ``p0`` is the chance the driver is
+    idle: ``1 / sum_k W!/(W-k)! * (s/D)^k``; utilisation ``(1 - p0) * D / (W * s)``. For
+    ``W * s << D`` it is ``D / (D + s)``; past the knee ``D / (W * s)``.
+
+    >>> round(driver_bound(1024, 600.0, 0.005), 5), round(driver_bound(1024, 600.0, 1.0), 3)
+    (0.99999, 0.586)
+    """
+    if service_s <= 0:
+        return 1.0
+    r = service_s / busy_s
+    # log of W!/(W-k)! r^k, summed in log space (the terms grow huge past the knee)
+    logs, acc = [0.0], 0.0
+    for k in range(1, workers + 1):
+        acc += math.log((workers - k + 1) * r)
+        logs.append(acc)
+    top = max(logs)
+    p0 = math.exp(-top) / sum(math.exp(v - top) for v in logs)
+    return (1 - p0) * busy_s / (workers * service_s)
+
+
+def max_workers(busy_s: float, service_s: float, goal: float = 0.95) -> int:
+    """The most workers one driver keeps ``goal`` busy (driver_bound, by bisection)."""
+    if service_s <= 0:
+        raise ValueError("max_workers: service_s must be > 0")
+    if driver_bound(1, busy_s, service_s) < goal:
+        return 0
+    lo, hi = 1, 2
+    while driver_bound(hi, busy_s, service_s) >= goal:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if driver_bound(mid, busy_s, service_s) >= goal else (lo, mid)
+    return lo
