@@ -255,63 +255,78 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--seeds", type=int, default=None)
     parser.add_argument("--per-worker", type=float, default=None,
-                        help="trials per worker (budget = max(1000, this x workers))")
+                        help="trials per worker (budget = max(500, this x workers))")
     args = parser.parse_args(argv)
     seeds = args.seeds or (1 if args.quick else 2)
-    per_worker = args.per_worker or (2 if args.quick else 8)
+    per_worker = args.per_worker or (2 if args.quick else 4)
     scales = (64, 256) if args.quick else SCALES
-    floor = 200 if args.quick else 1000
+    floor = 200 if args.quick else 500
     started = time.perf_counter()
-    runs = []
-    for strategy in STRATEGIES:
+    runs: list[dict[str, Any]] = []
+    checks_runs: list[dict[str, Any]] = []
+
+    def budget(w: int) -> int:
+        return max(floor, int(per_worker * w))
+
+    def sweep(strategy: str) -> None:
         for w in scales:
             for seed in range(seeds):
-                r = run_one(workers=w, trials=max(floor, int(per_worker * w)),
-                            strategy=strategy, seed=seed)
+                r = run_one(workers=w, trials=budget(w), strategy=strategy, seed=seed)
                 runs.append(r)
                 print(f"{strategy} w={w} seed={seed}: util {r['utilisation']:.4f}, driver "
-                      f"{1e3 * r['driver_s_per_trial']:.2f} ms/trial, wall {r['wall_s']:.0f} s",
-                      flush=True)
-    rows = summarise(runs)
+                      f"{1e3 * r['driver_s_per_trial']:.2f} ms/trial, wall {r['wall_s']:.0f} s, "
+                      f"load {r['load_after'][0]:.1f}", flush=True)
+                save()
+
+    def save() -> None:  # after every run: a run cut short still leaves its figures
+        if args.json:
+            write_json(args, runs, checks_runs, seeds, per_worker)
+
+    sweep("random")
     # Model check: the same workload with the driver's service a constant s: the measured one
     # (random, largest scale) and one that puts the model's 95 % knee near 256 workers.
-    top = [r for r in rows if r["strategy"] == "random"][-1]
+    top = [r for r in summarise(runs) if r["strategy"] == "random"][-1]
     d, s = top["busy_per_trial_s"], top["driver_s_per_trial"]
-    knee = d / (GOAL * 256)
-    checks_runs = []
-    for service, ws in ((s, (scales[-1],)), (knee, scales)):
+    for service, ws in ((s, (scales[-1],)), (d / (GOAL * 256), scales)):
         for w in ws:
-            checks_runs.append(run_one(workers=w, trials=max(floor, int(per_worker * w)),
-                                       strategy="random", seed=0, service=service))
-    checks = validate(checks_runs)
-    print_tables(rows, checks)
+            checks_runs.append(run_one(workers=w, trials=budget(w), strategy="random", seed=0,
+                                       service=service))
+            c = checks_runs[-1]
+            print(f"check w={w} s={service:.4f}: steady {c['utilisation_steady']:.4f}",
+                  flush=True)
+            save()
+    for strategy in STRATEGIES[1:]:
+        sweep(strategy)
+    print_tables(summarise(runs), validate(checks_runs))
     print(f"\nwall {time.perf_counter() - started:.0f} s, load {os.getloadavg()}")
     if args.json:
-        import distributed
-        import optuna
-
-        out = {
-            "benchmark": "simulate", "date": now_iso(), "quick": args.quick,
-            "machine": machine("optuna", "distributed", "numpy",
-                               load_average=list(os.getloadavg())),
-            "setup": {"path": "search.Driver + distributed.Client(processes=False) + optuna "
-                              "InMemoryStorage, objective simulated:sweep, ASHA(min 1, eta 3)",
-                      "workload": "log-normal sigma 1, mean 600 s incl. 5 % stragglers x4; "
-                                  "2 % raise, 1 % lose their worker; 20 epochs",
-                      "target_true_loss": TARGET, "dimensions": DIMENSIONS, "seeds": seeds,
-                      "trials_per_worker": per_worker, "goal_utilisation": GOAL,
-                      "versions": {"optuna": optuna.__version__,
-                                   "distributed": distributed.__version__}},
-            "rows": rows, "model_checks": checks, "runs": runs, "check_runs": checks_runs,
-            "yardsticks": YARDSTICKS,
-            "model": "utilisation = (1 - p0) D / (W s), p0 = 1 / sum_k W!/(W-k)! (s/D)^k "
-                     "(machine repairman, M/M/1//W); ~ min(D/(D+s), D/(W s)); "
-                     "W95 ~ D / (0.95 s)",
-        }
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(out, indent=1, default=str) + "\n")
         print(f"wrote {args.json}")
     return 0
+
+
+def write_json(args: argparse.Namespace, runs: list[dict[str, Any]],
+               checks_runs: list[dict[str, Any]], seeds: int, per_worker: float) -> None:
+    import distributed
+    import optuna
+
+    out = {
+        "benchmark": "simulate", "date": now_iso(), "quick": args.quick,
+        "machine": machine("optuna", "distributed", "numpy", load_average=list(os.getloadavg())),
+        "setup": {"path": "search.Driver + distributed.Client(processes=False) + optuna "
+                          "InMemoryStorage, objective simulated:sweep, ASHA(min 1, eta 3)",
+                  "workload": "log-normal sigma 1, mean 600 s incl. 5 % stragglers x4; "
+                              "2 % raise, 1 % lose their worker; 20 epochs",
+                  "target_true_loss": TARGET, "dimensions": DIMENSIONS, "seeds": seeds,
+                  "trials_per_worker": per_worker, "goal_utilisation": GOAL,
+                  "versions": {"optuna": optuna.__version__,
+                               "distributed": distributed.__version__}},
+        "rows": summarise(runs) if runs else [], "model_checks": validate(checks_runs),
+        "runs": runs, "check_runs": checks_runs, "yardsticks": YARDSTICKS,
+        "model": "utilisation = (1 - p0) D / (W s), p0 = 1 / sum_k W!/(W-k)! (s/D)^k "
+                 "(machine repairman, M/M/1//W); ~ min(D/(D+s), D/(W s)); W95 ~ D / (0.95 s)",
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(out, indent=1, default=str) + "\n")
 
 
 if __name__ == "__main__":
