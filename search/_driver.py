@@ -7,7 +7,10 @@ trial lost with its worker is re-queued with the same parameters (``budget.max_r
 A trial is an MPI training job, or (``objective`` in the study file) a Python function or a
 benchmark table on a Dask worker. Benchmark answers carry ``sim_time_s``: the driver then keeps a
 simulated clock and tells trials in the order they would finish on ``concurrency`` workers, so a
-table benchmark runs the same loop as a real sweep.
+table benchmark runs the same loop as a real sweep. The clock is one injected object
+(``clock=``, search._simclock): it says what the driver's own work costs in simulated time
+(nothing, a constant per trial, or its measured wall time) and plays the trials' epoch reports
+and faults in order.
 """
 
 from __future__ import annotations
