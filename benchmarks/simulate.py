@@ -76,13 +76,19 @@ def _client() -> Any:
     return _CLIENT
 
 
-def study_dict(workers: int, trials: int, strategy: str, seed: int, workload: str) -> dict:
+ASHA = {"name": "asha", "min_epochs": 1, "reduction_factor": 3}
+# The model check on its own terms: no pruning, no faults, no stragglers, a lighter tail.
+CLEAN = "sweep,sigma=0.5,straggle=0,fail=0,lost=0"
+
+
+def study_dict(workers: int, trials: int, strategy: str, seed: int, workload: str,
+               pruner: Any = None) -> dict:
     return {
         "name": f"simulate-{strategy}-w{workers}-s{seed}",
         "objective": f"simulated:{workload}",
         "metric": "loss",
         "direction": "minimize",
-        "pruner": {"name": "asha", "min_epochs": 1, "reduction_factor": 3},
+        "pruner": pruner or ASHA,
         "strategy": {"name": strategy, "seed": seed},
         "budget": {"trials": trials, "concurrency": workers, "max_failures": 10 * trials,
                    "max_retries": 2},
@@ -91,7 +97,8 @@ def study_dict(workers: int, trials: int, strategy: str, seed: int, workload: st
 
 
 def run_one(*, workers: int, trials: int, strategy: str, seed: int,
-            service: float | str = "measured", workload: str = "sweep") -> dict[str, Any]:
+            service: float | str = "measured", workload: str = "sweep",
+            pruner: Any = None) -> dict[str, Any]:
     """One sweep through the real driver; its figures."""
     import optuna
 
@@ -99,7 +106,7 @@ def run_one(*, workers: int, trials: int, strategy: str, seed: int,
     from search._simclock import SimClock, utilisation
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sf = parse_study(study_dict(workers, trials, strategy, seed, workload))
+    sf = parse_study(study_dict(workers, trials, strategy, seed, workload, pruner))
     study = open_study(sf, optuna.storages.InMemoryStorage())
     clock = SimClock(service=service)
     # The budget is spent when the driver first leaves a free worker without a trial: until then
@@ -165,6 +172,8 @@ def run_one(*, workers: int, trials: int, strategy: str, seed: int,
         "time_to": {str(x): reached(x) for x in (0.02, 0.01, TARGET, 0.002)},
         "best_true_loss": min((loss for _, loss in done), default=None),
         "trials_per_sim_s": sum(a <= last_start for a in starts) / last_start,
+        "trials_per_sim_s_steady": sum(ramp < a <= last_start for a in starts)
+        / (last_start - ramp) if last_start > ramp else math.nan,
         "busy_per_trial_s": statistics.fmean(busy),
         "driver_s_per_trial": clock.work_s / n,
         "submit_s_per_trial": spent["submit"] / n,
@@ -219,6 +228,8 @@ def validate(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         model = driver_bound(r["workers"], r["busy_per_trial_s"], float(r["service"]))
         out.append({"workers": r["workers"], "service_s": r["service"],
                     "busy_per_trial_s": r["busy_per_trial_s"],
+                    "throughput_simulated": r.get("trials_per_sim_s_steady"),
+                    "throughput_model": model * r["workers"] / r["busy_per_trial_s"],
                     "simulated": r["utilisation_steady"], "model": model,
                     "difference": r["utilisation_steady"] - model})
     return out
@@ -254,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sweeps (< 2 min)")
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--seeds", type=int, default=None)
+    parser.add_argument("--part", choices=("all", "check"), default="all",
+                        help="check: only the clean model check (no pruning, no faults), "
+                             "added to the JSON of an earlier full run")
     parser.add_argument("--per-worker", type=float, default=None,
                         help="trials per worker (budget = max(500, this x workers))")
     args = parser.parse_args(argv)
@@ -282,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             write_json(args, runs, checks_runs, seeds, per_worker)
 
+    if args.part == "check":
+        return clean_check(args, scales, floor)
     sweep("random")
     # Model check: the same workload with the driver's service a constant s: the measured one
     # (random, largest scale) and one that puts the model's 95 % knee near 256 workers.
@@ -300,6 +316,41 @@ def main(argv: list[str] | None = None) -> int:
     print_tables(summarise(runs), validate(checks_runs))
     print(f"\nwall {time.perf_counter() - started:.0f} s, load {os.getloadavg()}")
     if args.json:
+        print(f"wrote {args.json}")
+    return 0
+
+
+def clean_check(args: argparse.Namespace, scales: tuple[int, ...], floor: int) -> int:
+    """The model against the simulation where the model's assumptions hold: no pruning, no
+    faults, no stragglers, log-normal sigma 0.5 (mean 600 s); the driver's service a constant
+    s: the measured one (random, 1,024 workers, from the JSON) and one with the knee at 256."""
+    per_worker = args.per_worker or (2 if args.quick else 8)
+    earlier = json.loads(args.json.read_text()) if args.json and args.json.exists() else {}
+    measured = [r["driver_s_per_trial"] for r in earlier.get("rows", [])
+                if r["strategy"] == "random" and r["workers"] == scales[-1]]
+    s_measured = measured[0] if measured else 0.005
+    runs = []
+    for service, ws in ((s_measured, (scales[-1],)), (600.0 / (GOAL * 256), scales)):
+        for w in ws:
+            runs.append(run_one(workers=w, trials=max(floor, int(per_worker * w)),
+                                strategy="random", seed=0, service=service, workload=CLEAN,
+                                pruner={"name": "none"}))
+            print(f"clean check w={w} s={service:.4f}: steady "
+                  f"{runs[-1]['utilisation_steady']:.4f}", flush=True)
+    checks = validate(runs)
+    print(f"{'workers':>8}{'s (ms)':>9}{'D (s)':>8}{'simulated':>11}{'model':>8}{'diff':>8}"
+          f"{'X sim/s':>9}{'X model':>9}")
+    for c in checks:
+        print(f"{c['workers']:>8}{1e3 * c['service_s']:>9.2f}{c['busy_per_trial_s']:>8.1f}"
+              f"{c['simulated']:>11.4f}{c['model']:>8.4f}{c['difference']:>+8.4f}"
+              f"{c['throughput_simulated']:>9.3f}{c['throughput_model']:>9.3f}")
+    if args.json:
+        earlier.update({"model_checks_clean": checks, "clean_check_runs": runs,
+                        "clean_check_setup": {"workload": CLEAN, "pruner": "none",
+                                              "trials_per_worker": per_worker,
+                                              "date": now_iso(),
+                                              "load_average": list(os.getloadavg())}})
+        args.json.write_text(json.dumps(earlier, indent=1, default=str) + "\n")
         print(f"wrote {args.json}")
     return 0
 
