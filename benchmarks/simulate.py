@@ -265,9 +265,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sweeps (< 2 min)")
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--seeds", type=int, default=None)
-    parser.add_argument("--part", choices=("all", "check"), default="all",
-                        help="check: only the clean model check (no pruning, no faults), "
-                             "added to the JSON of an earlier full run")
+    parser.add_argument("--part", choices=("all", "check", "long"), default="all",
+                        help="check: only the clean model check (no pruning, no faults); "
+                             "long: one sweep of 16 trials per worker at the largest scale "
+                             "(random), past the start-up transient; each added to the JSON "
+                             "of an earlier full run")
     parser.add_argument("--per-worker", type=float, default=None,
                         help="trials per worker (budget = max(500, this x workers))")
     args = parser.parse_args(argv)
@@ -298,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.part == "check":
         return clean_check(args, scales, floor)
+    if args.part == "long":
+        return long_run(args, scales[-1])
     sweep("random")
     # Model check: the same workload with the driver's service a constant s: the measured one
     # (random, largest scale) and one that puts the model's 95 % knee near 256 workers.
@@ -350,6 +354,25 @@ def clean_check(args: argparse.Namespace, scales: tuple[int, ...], floor: int) -
                                               "trials_per_worker": per_worker,
                                               "date": now_iso(),
                                               "load_average": list(os.getloadavg())}})
+        args.json.write_text(json.dumps(earlier, indent=1, default=str) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+def long_run(args: argparse.Namespace, workers: int) -> int:
+    """A longer sweep (random, 16 trials per worker): the budget window well past the first
+    minutes, where short pruned trials turn over faster than in the steady state."""
+    per_worker = args.per_worker or (2 if args.quick else 16)
+    r = run_one(workers=workers, trials=int(per_worker * workers), strategy="random", seed=0)
+    keys = ("utilisation", "utilisation_steady", "utilisation_whole", "trials_per_sim_s",
+            "trials_per_sim_s_steady", "busy_per_trial_s", "driver_s_per_trial",
+            "submit_s_per_trial", "tell_s_per_trial", "time_to_target_s", "sim_last_start_s",
+            "sim_end_s", "wall_s")
+    for k in keys:
+        print(f"{k:>26}: {r[k]}")
+    if args.json:
+        earlier = json.loads(args.json.read_text()) if args.json.exists() else {}
+        earlier["long_run"] = {**r, "trials_per_worker": per_worker, "date": now_iso()}
         args.json.write_text(json.dumps(earlier, indent=1, default=str) + "\n")
         print(f"wrote {args.json}")
     return 0
