@@ -7,12 +7,14 @@ trial lost with its worker is re-queued with the same parameters (``budget.max_r
 A trial is an MPI training job, or (``objective`` in the study file) a Python function or a
 benchmark table on a Dask worker. Benchmark answers carry ``sim_time_s``: the driver then keeps a
 simulated clock and tells trials in the order they would finish on ``concurrency`` workers, so a
-table benchmark runs the same loop as a real sweep.
+table benchmark runs the same loop as a real sweep. The clock is one injected object
+(``clock=``, search._simclock): it says what the driver's own work costs in simulated time
+(nothing, a constant per trial, or its measured wall time) and plays the trials' epoch reports
+and faults in order.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 import os
 import queue
@@ -33,6 +35,7 @@ from search._cluster_watch import ClusterFailed
 from search._objectives import is_benchmark, run_function_trial
 from search._promotion import PAUSED_ATTR, RESUME_OF_ATTR
 from search._registry import pruner_spec
+from search._simclock import EventQueue, SimClock, default_clock
 from search._segments import (
     artifact_directory,
     beside_storage,
@@ -144,6 +147,7 @@ class Driver:
         on_event: Event | None = None,
         watch: Watch | None = None,
         single_node: bool = False,
+        clock: SimClock | None = None,
     ) -> None:
         self.sf = sf
         self.study = study
@@ -171,10 +175,18 @@ class Driver:
         seed = sf.strategy.seed
         self.noise_seed = random.getrandbits(32) if seed is None else seed * 1_000_003
         self.simulated = is_benchmark(sf.objective)
-        self.sim_clock = 0.0
         # Futures that have ended, put here by Dask as each ends (real trials): the loop takes
         # them in O(1) instead of waiting on every running future at each turn.
         self._ended: queue.SimpleQueue[Future] = queue.SimpleQueue()
+        # A benchmark's simulated clock (search._simclock): what the driver's own work costs
+        # on it, and the running trials' events in the order they happen.
+        self.clock = clock if clock is not None else default_clock(sf.objective)
+        self.events = EventQueue(study=study, clock=self.clock, fetch=_result, lost=_lost_result)
+
+    @property
+    def sim_clock(self) -> float:
+        """The driver's simulated time (a benchmark objective)."""
+        return self.clock.now()
 
     def _finished_count(self) -> int:
         return finished_configurations(self.study)
@@ -279,7 +291,8 @@ class Driver:
         )
         self._watch(future)
         self.on_event("started", trial, counts, None)
-        return future, _Running(trial, 1, sim_start=self.sim_clock)
+        start = self.clock.serve() if self.simulated else 0.0  # the driver's work is charged
+        return future, _Running(trial, 1, sim_start=start)
 
     def _watch(self, future: Future) -> None:
         """A real trial's future reports its end to ``_collect`` (the simulated clock waits on
@@ -330,6 +343,7 @@ class Driver:
             trial.set_user_attr(key, value)
         if self.simulated:
             trial.set_user_attr("sim_clock_s", self.sim_clock)
+            trial.set_user_attr("sim_start_s", run.sim_start)
         if result.get("epochs_run") is not None:
             # The work of the whole lineage (earlier segments + this one), beside this
             # segment's own epochs_run and rank_seconds.
@@ -396,17 +410,12 @@ class Driver:
     def _collect_simulated(
         self, running: dict[Future, _Running]
     ) -> list[tuple[Future, _Running, dict[str, Any]]]:
-        """Discrete-event simulation: wait for every running answer (they are instant), then tell
-        the one that finishes first on the simulated clock."""
-        wait(list(running))
-        ends: list[tuple[float, int, Future, dict[str, Any]]] = []
-        for i, (f, run) in enumerate(running.items()):
-            result = _result(f)
-            end = run.sim_start + float(result.get("sim_time_s") or 0.0)
-            heapq.heappush(ends, (end, i, f, result))
-        end, _, f, result = ends[0]
-        self.sim_clock = max(self.sim_clock, end)
-        return [(f, running.pop(f), result)]
+        """Discrete-event simulation: the answers are instant; play the running trials' events
+        (epoch reports the pruner judges, faults) until one ends, and tell that one."""
+        self.clock.idle()  # waiting for the next event is not the driver's work
+        future, run, result = self.events.next_end(running)
+        self.clock.busy()
+        return [(future, run, result)]
 
     def _fill(
         self,
@@ -520,5 +529,10 @@ def _result(future: Future) -> dict[str, Any]:
     try:
         return dict(future.result())
     except Exception as exc:  # lost worker (KilledWorker), closed connection, cancelled task
-        reason = f"{type(exc).__name__}: {exc}".strip()
-        return {"state": "failed", "exit_reason": f"Dask worker lost: {reason}", "lost": True}
+        return _lost_result(exc)
+
+
+def _lost_result(exc: BaseException) -> dict[str, Any]:
+    """A trial whose answer never came (its worker or connection died): re-queued."""
+    reason = f"{type(exc).__name__}: {exc}".strip()
+    return {"state": "failed", "exit_reason": f"Dask worker lost: {reason}", "lost": True}

@@ -16,7 +16,9 @@ raises :class:`Pruned` when the study's pruner stops the trial::
 
 ``objective = "nb201:cifar10"`` looks the cell up in the NAS-Bench-201 table (one random
 seed's value, as a noisy training run would give) and advances a simulated clock by the
-table's training time (see :mod:`search._nb201`).
+table's training time (see :mod:`search._nb201`). ``objective = "simulated:sweep"`` is a
+synthetic workload on the same clock: heavy-tailed durations, failures, lost workers,
+stragglers and a learning curve per epoch (see :mod:`search._workload`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 # Built-in benchmark objectives: prefix -> (module, the names after the colon it accepts).
-BENCHMARKS: dict[str, str] = {"nb201": "search._nb201"}
+BENCHMARKS: dict[str, str] = {"nb201": "search._nb201", "simulated": "search._workload"}
 _FUNCTION = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 
 
@@ -49,7 +51,11 @@ def check_objective(text: str) -> None:
             f"{text!r} is neither 'package.module:function' nor a benchmark like 'nb201:cifar10'"
         )
     if prefix in BENCHMARKS:
-        datasets = importlib.import_module(BENCHMARKS[prefix]).DATASETS
+        module = importlib.import_module(BENCHMARKS[prefix])
+        if hasattr(module, "check_name"):  # a name with options (simulated:sweep,fail=0.1)
+            module.check_name(rest)
+            return
+        datasets = module.DATASETS
         if rest not in datasets:
             raise ValueError(f"unknown {prefix} dataset {rest!r} (known: {list(datasets)})")
         return
@@ -155,9 +161,12 @@ def run_function_trial(task: dict[str, Any]) -> dict[str, Any]:
         result = {"state": "pruned", "exit_reason": str(exc)}
     except Exception as exc:  # the objective's own error fails this trial, not the study
         where = traceback.extract_tb(exc.__traceback__)[-1]
+        # A benchmark trial that raised partway: its simulated time and curve until then.
+        partial = getattr(exc, "partial", None) if is_benchmark(objective) else None
         result = {
             "state": "failed",
             "exit_reason": f"{type(exc).__name__}: {exc} ({where.filename}:{where.lineno})",
+            **(partial or {}),
         }
     result["wall_time_s"] = time.time() - started
     return result
