@@ -31,7 +31,7 @@ from spaces._genome_encoding import GenomeEncoder, genome_encoder, parse_kind
 from spaces._space import Space, same_value
 
 DEFAULT_KIND = "path+wl"  # chosen by benchmarks/embedding.py (Kendall tau on NAS-Bench-201)
-KINDS = ("onehot", "path", "wl", "onehot+path", "onehot+wl", "path+wl", "onehot+path+wl")
+KINDS = ("onehot", "path", "wl1", "wl", "onehot+path", "onehot+wl1", "path+wl", "onehot+path+wl")
 
 
 def unit(dim: Float | Int, value: Any, name: str) -> float:
@@ -47,17 +47,14 @@ def unit(dim: Float | Int, value: Any, name: str) -> float:
 class SpaceEmbedding:
     """Maps a trial's ``params`` (as Optuna stores them; a genome under its dimension's prefix,
     e.g. ``genome.0->1``) to a float64 vector of length :attr:`dim`; :attr:`names` names each
-    feature. ``kind`` picks the genome encoding: ``onehot``, ``path``, ``wl`` or a ``+`` join.
+    feature. ``kind`` picks the genome encoding: ``onehot``, ``path``, ``wl`` (``wlH``: H iterations)
+    or a ``+`` join such as ``onehot+wl1``.
     """
 
-    def __init__(self, space: Space, *, kind: str = DEFAULT_KIND, wl_iterations: int = 2) -> None:
+    def __init__(self, space: Space, *, kind: str = DEFAULT_KIND) -> None:
         if not isinstance(space, Space):
             raise TypeError(f"space: expected a spaces.Space, got {type(space).__name__}")
-        parts = parse_kind(kind)
-        if isinstance(wl_iterations, bool) or not isinstance(wl_iterations, int):
-            raise ValueError(f"wl_iterations: expected an integer, got {wl_iterations!r}")
-        if not 1 <= wl_iterations <= 8:
-            raise ValueError(f"wl_iterations: {wl_iterations} is out of range [1, 8]")
+        parts, wl_iterations = parse_kind(kind)
         self.space = space
         self.kind = kind
         self.genome_name: str | None = None

@@ -7,7 +7,7 @@ Encoding parts (a ``kind`` joins them with ``+``, e.g. ``"path+wl"``):
   present / label / inputs, padded to ``max_nodes``).
 - ``path``: BANANAS path encoding (White et al. 2021): counts of input -> output paths by the op
   labels along them (exact for cells up to :data:`PATH_MAX_LENGTH` ops, hashed for macros).
-- ``wl``: Weisfeiler-Lehman subtree counts after ``wl_iterations`` rounds.
+- ``wl``: Weisfeiler-Lehman subtree counts after :data:`WL_ITERATIONS` rounds (``wlH``: H).
 
 A stack is a chain with no alternative numbering: every kind encodes it the same way, layer by
 layer, padded to the family's maximum depth. Macro genomes always add size summaries (active
@@ -37,20 +37,29 @@ from spaces._macro import MACRO_OPS, MacroFamily, MacroGenome, MacroNode
 from spaces._stack import LAYER_KINDS, StackFamily, StackGenome
 
 PARTS = ("onehot", "path", "wl")
+WL_ITERATIONS = 2  # for kind "wl"; "wlH" asks for H
 PATH_MAX_LENGTH = 4  # longer cell paths are counted by length only (5 ops: 780 features)
 
 
-def parse_kind(kind: Any) -> tuple[str, ...]:
-    """``"path+wl"`` -> ``("path", "wl")``; an unknown or repeated part is an error."""
+def parse_kind(kind: Any) -> tuple[tuple[str, ...], int]:
+    """``"path+wl2"`` -> ``(("path", "wl"), 2)``: the parts and the WL iterations (``wl`` alone:
+    :data:`WL_ITERATIONS`); an unknown or repeated part is an error."""
     if not isinstance(kind, str) or not kind:
         raise ValueError(f"kind: expected a string such as 'path+wl', got {kind!r}")
-    parts = tuple(kind.split("+"))
-    for part in parts:
+    parts: list[str] = []
+    iterations = WL_ITERATIONS
+    for part in kind.split("+"):
+        if part.startswith("wl") and part[2:].isdigit() and 1 <= int(part[2:]) <= 8:
+            part, iterations = "wl", int(part[2:])
         if part not in PARTS:
-            raise ValueError(f"kind: unknown encoding {part!r} in {kind!r} (known: {list(PARTS)})")
-    if len(set(parts)) != len(parts):
-        raise ValueError(f"kind: {kind!r} names an encoding twice")
-    return parts
+            raise ValueError(
+                f"kind: unknown encoding {part!r} in {kind!r} "
+                f"(known: {list(PARTS)}, 'wl1'..'wl8' for the WL iterations)"
+            )
+        if part in parts:
+            raise ValueError(f"kind: {kind!r} names an encoding twice")
+        parts.append(part)
+    return tuple(parts), iterations
 
 
 class GenomeEncoder(ABC):

@@ -164,7 +164,8 @@ def test_reads_params_as_optuna_stores_them() -> None:
     [
         (lambda: SpaceEmbedding(_space(CellFamily()), kind="paths"), "kind: unknown encoding"),
         (lambda: SpaceEmbedding(_space(CellFamily()), kind="wl+wl"), "names an encoding twice"),
-        (lambda: SpaceEmbedding(_space(CellFamily()), wl_iterations=0), "wl_iterations: 0"),
+        (lambda: SpaceEmbedding(_space(CellFamily()), kind="wl0"), "unknown encoding 'wl0'"),
+        (lambda: SpaceEmbedding(_space(CellFamily()), kind="wl1+wl3"), "names an encoding twice"),
         (lambda: SpaceEmbedding({"lr": Float(low=0, high=1)}), "space: expected"),  # type: ignore[arg-type]
         (lambda: SpaceEmbedding(_space(CellFamily()))({"lr": 0.1}), "genome.0->1: missing"),
         (
