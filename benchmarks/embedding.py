@@ -57,8 +57,6 @@ ENCODINGS = (
     "path",
     "wl1",
     "wl2",
-    "wl3",
-    "onehot+path",
     "onehot+wl1",
     "path+wl1",
     "path+wl2",
@@ -131,6 +129,27 @@ def main(argv: list[str] | None = None) -> int:
     } | {"networks": len(set(canonical)), "cells": len(keys)}
     targets = {d: table(d).mean[[table(d).rows[k] for k in keys]] for d in datasets}
 
+    def document(results: dict[str, Any], *, partial: bool) -> dict[str, Any]:
+        return {
+            "benchmark": "embedding",
+            "date": now_iso(),
+            "partial": partial,
+            "machine": machine("numpy", "scikit-learn", "scipy", "optuna"),
+            "load": {"before": load_before, "now": os.getloadavg()},
+            "wall_s": round(time.perf_counter() - started, 1),
+            "settings": {
+                "splits": splits,
+                "sizes": list(sizes),
+                "test_cells": args.test,
+                "predictors": predictors,
+                "datasets": datasets,
+                "target": "seed-averaged 200-epoch validation accuracy",
+                "yardstick": YARDSTICK,
+            },
+            "distinct": distinct,
+            "results": results,
+        }
+
     results: dict[str, Any] = {}
     for pred in predictors:
         for dataset in datasets:
@@ -163,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                     se = f"{c['se']:.3f}" if c["se"] is not None else "-"
                     dse = f"{c['diff_se']:.3f}" if c["diff_se"] is not None else "-"
                     print(f"  {name:<18} {c['tau']:.3f} +- {se}  {c['diff']:+.3f} +- {dse}")
+                write(args.json, document(results, partial=True))
 
     overall = {
         name: float(
@@ -182,32 +202,18 @@ def main(argv: list[str] | None = None) -> int:
     for name, tau in sorted(overall.items(), key=lambda kv: -kv[1]):
         print(f"  {name:<18} {tau:.3f}   distinct networks {distinct[name]} / {distinct['networks']}")
     print(f"best: {best}   (wall {time.perf_counter() - started:.0f} s, load {os.getloadavg()})")
+    write(args.json, document(results, partial=False) | {"overall": overall, "best": best})
     if args.json:
-        doc = {
-            "benchmark": "embedding",
-            "date": now_iso(),
-            "machine": machine("numpy", "scikit-learn", "scipy", "optuna"),
-            "load": {"before": load_before, "after": os.getloadavg()},
-            "wall_s": round(time.perf_counter() - started, 1),
-            "settings": {
-                "splits": splits,
-                "sizes": list(sizes),
-                "test_cells": args.test,
-                "predictors": predictors,
-                "datasets": datasets,
-                "target": "seed-averaged 200-epoch validation accuracy",
-                "yardstick": YARDSTICK,
-            },
-            "results": results,
-            "overall": overall,
-            "best": best,
-            "distinct": distinct,
-        }
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(doc, indent=1))
         print(f"wrote {args.json}")
     return 0
 
 
+def write(path: str | None, document: dict[str, Any]) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(document, indent=1))
+
+
 if __name__ == "__main__":
     raise SystemExit(main())
+

@@ -93,9 +93,12 @@ class SpaceEmbedding:
         return family.from_params(params, prefix=self.genome_name)
 
     def __call__(self, params: Mapping[str, Any]) -> np.ndarray:
-        parts: list[np.ndarray] = []
-        if self.encoder is not None:
-            parts.append(self.encoder(self.genome_of(params)))
+        if self.encoder is None:
+            return self.scalars(params)
+        return np.concatenate([self.encoder(self.genome_of(params)), self.scalars(params)])
+
+    def scalars(self, params: Mapping[str, Any]) -> np.ndarray:
+        """The scalar part alone (the last ``dim - len(genome features)`` entries)."""
         scalars: list[float] = []
         for name, dim in self.space.items():
             if isinstance(dim, GenomeFamily):
@@ -113,8 +116,7 @@ class SpaceEmbedding:
                 scalars.append(0.0 if conditional else 0.5)
             if conditional:
                 scalars.append(0.0 if active else 1.0)
-        parts.append(np.array(scalars, dtype=np.float64))
-        return np.concatenate(parts).astype(np.float64, copy=False)
+        return np.array(scalars, dtype=np.float64)
 
     @staticmethod
     def _one_hot(name: str, choices: Sequence[Any], value: Any) -> list[float]:
