@@ -124,9 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     keys, genomes = valid_cells()
     canonical = [g.key for g in genomes]
     features = {name: encode(name, keys, genomes) for name in encodings}
-    distinct = {
-        name: len({row.tobytes() for row in x}) for name, x in features.items()
-    } | {"networks": len(set(canonical)), "cells": len(keys)}
+    distinct = {name: len({row.tobytes() for row in x}) for name, x in features.items()} | {
+        "networks": len(set(canonical)),
+        "cells": len(keys),
+    }
     targets = {d: table(d).mean[[table(d).rows[k] for k in keys]] for d in datasets}
 
     def document(results: dict[str, Any], *, partial: bool) -> dict[str, Any]:
@@ -176,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
                         "splits": len(v),
                     }
                 results.setdefault(pred, {}).setdefault(dataset, {})[str(n)] = cell
-                print(f"\n{pred} {dataset} n={n} ({splits} splits, {time.perf_counter() - started:.0f} s)")
+                took = time.perf_counter() - started
+                print(f"\n{pred} {dataset} n={n} ({splits} splits, {took:.0f} s)")
                 print(f"  {'encoding':<18} {'tau':>14}  {'vs ' + YARDSTICK:>18}")
                 for name, c in cell.items():
                     se = f"{c['se']:.3f}" if c["se"] is not None else "-"
@@ -200,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     best = max(overall, key=overall.__getitem__)
     print("\nmean tau over predictors, datasets and sizes:")
     for name, tau in sorted(overall.items(), key=lambda kv: -kv[1]):
-        print(f"  {name:<18} {tau:.3f}   distinct networks {distinct[name]} / {distinct['networks']}")
+        told = f"{distinct[name]} / {distinct['networks']}"
+        print(f"  {name:<18} {tau:.3f}   distinct networks {told}")
     print(f"best: {best}   (wall {time.perf_counter() - started:.0f} s, load {os.getloadavg()})")
     write(args.json, document(results, partial=False) | {"overall": overall, "best": best})
     if args.json:
@@ -216,4 +219,3 @@ def write(path: str | None, document: dict[str, Any]) -> None:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-

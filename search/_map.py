@@ -18,6 +18,7 @@ sampled from. So the map also draws studies made by plain Optuna, with or withou
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
 from collections.abc import Sequence
@@ -60,21 +61,27 @@ def _covering_family(genomes: Sequence[spaces.Genome]) -> spaces.GenomeFamily:
         return spaces.MacroFamily(
             min_nodes=1,
             max_nodes=max(len(g.nodes) for g in genomes if isinstance(g, spaces.MacroGenome)),
-            ops=tuple(ops), widths=tuple(widths), kernels=tuple(kernels),
+            ops=tuple(ops),
+            widths=tuple(widths),
+            kernels=tuple(kernels),
             max_inputs=max(len(n.inputs) for n in nodes),
         )
     stacks = [g for g in genomes if isinstance(g, spaces.StackGenome)]
     layers = [layer for g in stacks for layer in g.layers]
 
-    def used(kind: str, attr: str, default: tuple[Any, ...]) -> tuple[Any, ...]:
+    def seen(kind: str, attr: str, default: tuple[Any, ...]) -> tuple[Any, ...]:
         found = sorted({getattr(x, attr) for x in layers if x.kind == kind})
         return tuple(found) or default
 
     return spaces.StackFamily(
-        min_conv_layers=0, max_conv_layers=max(len(g.part("conv")) for g in stacks),
-        min_dense_layers=0, max_dense_layers=max(len(g.part("dense")) for g in stacks),
-        channels=used("conv", "width", (16,)), kernels=used("conv", "kernel", (3,)),
-        pools=used("conv", "pool", (False,)), widths=used("dense", "width", (32,)),
+        min_conv_layers=0,
+        max_conv_layers=max(len(g.part("conv")) for g in stacks),
+        min_dense_layers=0,
+        max_dense_layers=max(len(g.part("dense")) for g in stacks),
+        channels=seen("conv", "width", (16,)),
+        kernels=seen("conv", "kernel", (3,)),
+        pools=seen("conv", "pool", (False,)),
+        widths=seen("dense", "width", (32,)),
         activations=tuple(sorted({x.activation for x in layers})) or ("relu",),
         dropouts=tuple(sorted({x.dropout for x in layers})) or (0.0,),
     )
@@ -108,8 +115,11 @@ def embed_trials(trials: Sequence[FrozenTrial]) -> tuple[np.ndarray, list[str], 
     """The embedding of each trial (rows), one label per trial for hovering (its genome or its
     parameters), and a note on what was left out ("" when nothing was)."""
     genomes = [_genome(t) for t in trials]
-    kinds = Counter((g.family, getattr(g, "nodes", 0) if g.family == "cell" else 0)
-                    for g in genomes if g is not None)
+    kinds = Counter(
+        (g.family, getattr(g, "nodes", 0) if g.family == "cell" else 0)
+        for g in genomes
+        if g is not None
+    )
     dims: dict[str, spaces.Dimension] = {}
     notes: list[str] = []
     names: dict[str, list[BaseDistribution]] = {}
@@ -124,14 +134,20 @@ def embed_trials(trials: Sequence[FrozenTrial]) -> tuple[np.ndarray, list[str], 
     family = None
     if kinds:
         (kind, nodes), _ = kinds.most_common(1)[0]
-        keep = [g for g in genomes if g is not None and g.family == kind
-                and (kind != "cell" or getattr(g, "nodes", 0) == nodes)]
+        keep = [
+            g
+            for g in genomes
+            if g is not None
+            and g.family == kind
+            and (kind != "cell" or getattr(g, "nodes", 0) == nodes)
+        ]
         family = _covering_family(keep)
         dims[_GENOME] = family
         left = len(trials) - len(keep)
         if left:
-            notes.append(f"{left} trial(s) without a {kind} genome are placed by their other "
-                         "parameters only")
+            notes.append(
+                f"{left} trial(s) without a {kind} genome are placed by their other parameters only"
+            )
     if not dims:
         raise CannotDraw("the trials have neither a genome nor searched parameters to place them")
     embed = spaces.SpaceEmbedding(spaces.Space(dims))
@@ -140,10 +156,8 @@ def embed_trials(trials: Sequence[FrozenTrial]) -> tuple[np.ndarray, list[str], 
     labels = []
     for i, (t, g) in enumerate(zip(trials, genomes, strict=True)):
         if family is not None and g is not None and g.family == family.name:
-            try:
+            with contextlib.suppress(ValueError):  # another cell size: placed by the rest
                 rows[i, :width] = embed.genome_vector(g)
-            except ValueError:
-                pass  # a genome of another cell size: placed by its other parameters
         rows[i, width:] = embed.scalars({k: v for k, v in t.params.items() if k in dims})
         labels.append(_label(t, g))
     return rows, labels, "; ".join(notes)
@@ -195,11 +209,15 @@ def map_figure(study: optuna.Study) -> go.Figure:
 
 
 def _map(study: optuna.Study) -> tuple[go.Figure, str]:
-    trials = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-              if t.values is not None]
+    trials = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if t.values is not None
+    ]
     if len(trials) < MIN_TRIALS:
-        raise CannotDraw(f"a map needs at least {MIN_TRIALS} complete trials; "
-                         f"this study has {len(trials)}")
+        raise CannotDraw(
+            f"a map needs at least {MIN_TRIALS} complete trials; this study has {len(trials)}"
+        )
     rows, labels, note = embed_trials(trials)
     xy = project(rows)
     name = objective_names(study)[0]
@@ -208,30 +226,55 @@ def _map(study: optuna.Study) -> tuple[go.Figure, str]:
     best = int(np.argmax(values) if maximize else np.argmin(values))
     source = [str(t.user_attrs.get(TRANSFERRED_ATTR, "")) for t in trials]
     groups = [
-        ("searched here", "circle", 9, [i for i in range(len(trials)) if i != best
-                                         and not source[i]]),
-        ("transferred", "diamond", 11, [i for i in range(len(trials)) if i != best
-                                         and source[i]]),
+        (
+            "searched here",
+            "circle",
+            9,
+            [i for i in range(len(trials)) if i != best and not source[i]],
+        ),
+        ("transferred", "diamond", 11, [i for i in range(len(trials)) if i != best and source[i]]),
         (f"best (trial {trials[best].number})", "star", 20, [best]),
     ]
     fig = go.Figure()
     for label, symbol, size, index in groups:
         if not index:
             continue
-        fig.add_trace(go.Scatter(
-            x=xy[index, 0], y=xy[index, 1], mode="markers", name=label,
-            marker={"symbol": symbol, "size": size, "color": values[index],
-                    "coloraxis": "coloraxis", "line": {"width": 2 if symbol == "star" else 1,
-                                                       "color": "#222"}},
-            customdata=[[trials[i].number, values[i], labels[i],
-                         f"<br>transferred from {source[i]}" if source[i] else ""]
-                        for i in index],
-            hovertemplate=(f"trial %{{customdata[0]}}<br>{name} %{{customdata[1]:.4g}}<br>"
-                           "%{customdata[2]}%{customdata[3]}<extra></extra>"),
-        ))
-    fig.update_layout(coloraxis={"colorscale": "Viridis", "reversescale": not maximize,
-                                 "colorbar": {"title": {"text": name}}},
-                      legend={"orientation": "h", "y": -0.15})
+        fig.add_trace(
+            go.Scatter(
+                x=xy[index, 0],
+                y=xy[index, 1],
+                mode="markers",
+                name=label,
+                marker={
+                    "symbol": symbol,
+                    "size": size,
+                    "color": values[index],
+                    "coloraxis": "coloraxis",
+                    "line": {"width": 2 if symbol == "star" else 1, "color": "#222"},
+                },
+                customdata=[
+                    [
+                        trials[i].number,
+                        values[i],
+                        labels[i],
+                        f"<br>transferred from {source[i]}" if source[i] else "",
+                    ]
+                    for i in index
+                ],
+                hovertemplate=(
+                    f"trial %{{customdata[0]}}<br>{name} %{{customdata[1]:.4g}}<br>"
+                    "%{customdata[2]}%{customdata[3]}<extra></extra>"
+                ),
+            )
+        )
+    fig.update_layout(
+        coloraxis={
+            "colorscale": "Viridis",
+            "reversescale": not maximize,
+            "colorbar": {"title": {"text": name}},
+        },
+        legend={"orientation": "h", "y": -0.15},
+    )
     fig.update_xaxes(title_text="component 1", zeroline=False)
     fig.update_yaxes(title_text="component 2", zeroline=False)
     return _style(fig, "Architecture map", height=480), note

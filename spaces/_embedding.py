@@ -47,8 +47,8 @@ def unit(dim: Float | Int, value: Any, name: str) -> float:
 class SpaceEmbedding:
     """Maps a trial's ``params`` (as Optuna stores them; a genome under its dimension's prefix,
     e.g. ``genome.0->1``) to a float64 vector of length :attr:`dim`; :attr:`names` names each
-    feature. ``kind`` picks the genome encoding: ``onehot``, ``path``, ``wl`` (``wlH``: H iterations)
-    or a ``+`` join such as ``onehot+wl1``.
+    feature. ``kind`` picks the genome encoding: ``onehot``, ``path``, ``wl`` (``wlH``: H WL
+    iterations) or a ``+`` join such as ``onehot+wl1``.
     """
 
     def __init__(self, space: Space, *, kind: str = DEFAULT_KIND) -> None:

@@ -132,7 +132,8 @@ class CellEncoder(GenomeEncoder):
             elif part == "path":
                 longest = n - 1
                 cap = min(PATH_MAX_LENGTH, longest)
-                out.append(path_features(self.dag(canonical), self.alphabet, cap, longest, "genome"))
+                dag = self.dag(canonical)
+                out.append(path_features(dag, self.alphabet, cap, longest, "genome"))
             else:
                 vocabulary = ("input", "output", *self.alphabet)
                 out.append(

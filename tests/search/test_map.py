@@ -27,8 +27,9 @@ def _complete(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 
 
 @pytest.mark.parametrize("family", ["cell", "macro", "stack", None])
-def test_one_point_per_complete_trial_and_the_best_is_a_star(tmp_path: Path,
-                                                             family: str | None) -> None:
+def test_one_point_per_complete_trial_and_the_best_is_a_star(
+    tmp_path: Path, family: str | None
+) -> None:
     study = make_study(str(tmp_path / "s.journal"), "s", trials=14, family=family, seed=5)
     complete = _complete(study)
     assert 3 <= len(complete) < len(study.trials)  # the median pruner stopped some
@@ -54,13 +55,19 @@ def test_one_point_per_complete_trial_and_the_best_is_a_star(tmp_path: Path,
         np.testing.assert_array_equal(a.y, b.y)
 
 
-def _cell_trial(genome: spaces.CellGenome, value: float, **attrs: object) -> optuna.trial.FrozenTrial:
+def _cell_trial(
+    genome: spaces.CellGenome, value: float, **attrs: object
+) -> optuna.trial.FrozenTrial:
     family = spaces.CellFamily()
     params = family.to_params(genome) | {"lr": 0.01 + value / 100}
     dists = {k: CategoricalDistribution(family.ops) for k in params if k != "lr"}
     dists["lr"] = FloatDistribution(1e-3, 1.0, log=True)
-    return create_trial(value=value, params=params, distributions=dists,
-                        user_attrs={"genome": genome.to_json(), **attrs})
+    return create_trial(
+        value=value,
+        params=params,
+        distributions=dists,
+        user_attrs={"genome": genome.to_json(), **attrs},
+    )
 
 
 def test_transferred_trials_are_diamonds_and_equal_networks_share_a_point() -> None:
@@ -68,10 +75,12 @@ def test_transferred_trials_are_diamonds_and_equal_networks_share_a_point() -> N
     family = spaces.CellFamily()
     genomes = [family.sample(rng) for _ in range(8)]
     # node 1's edge is dead in both: the same network as two raw genomes
-    a = spaces.CellGenome(nodes=4, edges=("nor_conv_3x3", "none", "none", "skip_connect",
-                                          "none", "none"))
-    b = spaces.CellGenome(nodes=4, edges=("avg_pool_3x3", "none", "none", "skip_connect",
-                                          "none", "none"))
+    a = spaces.CellGenome(
+        nodes=4, edges=("nor_conv_3x3", "none", "none", "skip_connect", "none", "none")
+    )
+    b = spaces.CellGenome(
+        nodes=4, edges=("avg_pool_3x3", "none", "none", "skip_connect", "none", "none")
+    )
     assert a.key == b.key and a.to_dict() != b.to_dict()
     study = optuna.create_study(direction="maximize")
     for i, g in enumerate(genomes):
@@ -87,10 +96,17 @@ def test_transferred_trials_are_diamonds_and_equal_networks_share_a_point() -> N
     assert diamonds.marker.symbol == "diamond"
     here = next(t for t in fig.data if t.name == "searched here")
     assert here.marker.symbol == "circle" and sorted(r[0] for r in points["searched here"]) == [
-        3, 4, 5, 6, 8, 9]
+        3,
+        4,
+        5,
+        6,
+        8,
+        9,
+    ]
     assert points["best (trial 7)"][0][0] == 7
-    xy = {row[0]: (x, y) for t in fig.data for row, x, y in zip(t.customdata, t.x, t.y,
-                                                                strict=True)}
+    xy = {
+        row[0]: (x, y) for t in fig.data for row, x, y in zip(t.customdata, t.x, t.y, strict=True)
+    }
     assert xy[8] == pytest.approx(xy[9])
     assert len({(round(x, 9), round(y, 9)) for x, y in xy.values()}) == 9  # the others differ
 

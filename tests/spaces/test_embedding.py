@@ -74,7 +74,9 @@ def test_isomorphic_genomes_embed_identically(
 
 @SETTINGS
 @given(families, seeds, kinds)
-def test_equal_keys_embed_equal_across_mutations(family: GenomeFamily, seed: int, kind: str) -> None:
+def test_equal_keys_embed_equal_across_mutations(
+    family: GenomeFamily, seed: int, kind: str
+) -> None:
     """Mutations of one parent: children with the parent's key (changes to dead parts) embed as
     the parent; the vector depends only on the key."""
     embed = SpaceEmbedding(_space(family), kind=kind)
@@ -133,7 +135,12 @@ def test_scalars_map_to_unit_interval_and_one_hot_with_absent_marks() -> None:
     )
     embed = SpaceEmbedding(space)
     assert embed.names == (
-        "lr", "batch", "algorithm=sync", "algorithm=asgd", "send_every", "send_every:absent"
+        "lr",
+        "batch",
+        "algorithm=sync",
+        "algorithm=asgd",
+        "send_every",
+        "send_every:absent",
     )
     row = embed({"lr": 1e-2, "batch": 48, "algorithm": "asgd", "send_every": 3})
     np.testing.assert_allclose(row, [0.5, 0.5, 0.0, 1.0, 0.25, 0.0])
