@@ -114,7 +114,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--predictors", nargs="+", choices=("rf", "gp"), help="default: rf gp")
     p.add_argument("--datasets", nargs="+", choices=DATASETS, help="default: all")
     p.add_argument("--encodings", nargs="+", choices=ENCODINGS, help="default: all")
+    p.add_argument(
+        "--summarise",
+        metavar="JSON",
+        help="recompute the summary (overall, best) of an existing, possibly partial, result file",
+    )
     args = p.parse_args(argv)
+    if args.summarise:
+        doc = json.loads(Path(args.summarise).read_text())
+        doc |= summarise(doc["results"], doc["distinct"])
+        write(args.summarise, doc)
+        return 0
     warnings.filterwarnings("ignore", category=ConvergenceWarning)  # GP noise at its bound
     splits = args.splits or (3 if args.quick else 20)
     predictors = args.predictors or (["rf"] if args.quick else ["rf", "gp"])
@@ -195,29 +205,37 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  {name:<18} {c['tau']:.3f} +- {se}  {c['diff']:+.3f} +- {dse}")
                 write(args.json, document(results, partial=True))
 
-    overall = {
-        name: float(
-            np.mean(
-                [
-                    results[p][d][str(n)][name]["tau"]
-                    for p in predictors
-                    for d in datasets
-                    for n in sizes
-                ]
-            )
-        )
-        for name in encodings
-    }
-    best = max(overall, key=overall.__getitem__)
-    print("\nmean tau over predictors, datasets and sizes:")
-    for name, tau in sorted(overall.items(), key=lambda kv: -kv[1]):
-        told = f"{distinct[name]} / {distinct['networks']}"
-        print(f"  {name:<18} {tau:.3f}   distinct networks {told}")
-    print(f"best: {best}   (wall {time.perf_counter() - started:.0f} s, load {os.getloadavg()})")
-    write(args.json, document(results, partial=False) | {"overall": overall, "best": best})
+    summary = summarise(results, distinct)
+    print(
+        f"best: {summary['best']}   (wall {time.perf_counter() - started:.0f} s, "
+        f"load {os.getloadavg()})"
+    )
+    write(args.json, document(results, partial=False) | summary)
     if args.json:
         print(f"wrote {args.json}")
     return 0
+
+
+def summarise(results: dict[str, Any], distinct: dict[str, int]) -> dict[str, Any]:
+    """Mean tau per encoding over each predictor's cells (datasets x sizes), printed; ``best``:
+    the best encoding of the first predictor (the grid the run finishes first)."""
+    overall: dict[str, dict[str, float]] = {}
+    cells: dict[str, int] = {}
+    for pred, by_dataset in results.items():
+        taus: dict[str, list[float]] = {}
+        for by_size in by_dataset.values():
+            for cell in by_size.values():
+                for name, c in cell.items():
+                    taus.setdefault(name, []).append(c["tau"])
+        overall[pred] = {name: float(np.mean(v)) for name, v in taus.items()}
+        cells[pred] = len(next(iter(taus.values())))
+        print(f"\n{pred}: mean tau over {cells[pred]} (dataset, size) cells")
+        for name, tau in sorted(overall[pred].items(), key=lambda kv: -kv[1]):
+            told = f"{distinct[name]} / {distinct['networks']}"
+            print(f"  {name:<18} {tau:.3f}   distinct networks {told}")
+    first = next(iter(overall))
+    best = max(overall[first], key=overall[first].__getitem__)
+    return {"overall": overall, "overall_cells": cells, "best": best, "best_by": first}
 
 
 def write(path: str | None, document: dict[str, Any]) -> None:
