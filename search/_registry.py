@@ -73,6 +73,7 @@ def _tpe(
         multivariate=True,
         group=True,
         constant_liar=options["constant_liar"],
+        window=options["window"] or None,
     )
 
 
@@ -161,7 +162,7 @@ STRATEGIES = {
 # The study-file options each strategy reads, with its defaults (tuned on NAS-Bench-201).
 STRATEGY_OPTIONS: dict[str, dict[str, Any]] = {
     "random": {},
-    "tpe": {"startup_trials": 10, "ei_candidates": 100, "constant_liar": False},
+    "tpe": {"startup_trials": 10, "ei_candidates": 100, "constant_liar": False, "window": 1000},
     "gp": {"startup_trials": 10},
     "evolution": {
         "selection": None,  # "greedy", or "tournament" when a tournament size is given
