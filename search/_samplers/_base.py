@@ -12,6 +12,7 @@ the names and choices come out exactly as ``space.suggest(trial)`` asks for them
 
 from __future__ import annotations
 
+import heapq
 import math
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
@@ -262,6 +263,34 @@ def complete_in_order(study: Study) -> list[FrozenTrial]:
     ]
     done.sort(key=lambda t: (t.datetime_complete or t.datetime_start, t.number))
     return done
+
+
+class LatestComplete:
+    """The ``size`` most recently finished COMPLETE trials with a finite value, in the order
+    they finished (then by number): the tail of :func:`complete_in_order`, kept incrementally
+    (each trial is looked at once; a complete trial never changes), per study."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._seen: dict[int, set[int]] = {}  # study id -> trial numbers looked at
+        self._heap: dict[int, list[tuple[Any, int, FrozenTrial]]] = {}  # (finished, number, t)
+
+    def __call__(self, study: Study) -> list[FrozenTrial]:
+        sid = study._study_id  # noqa: SLF001
+        seen = self._seen.setdefault(sid, set())
+        heap = self._heap.setdefault(sid, [])
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            if t.number in seen:
+                continue
+            seen.add(t.number)
+            if t.values is None or len(t.values) != 1 or not math.isfinite(t.values[0]):
+                continue
+            item = (t.datetime_complete or t.datetime_start, t.number, t)
+            if len(heap) < self._size:
+                heapq.heappush(heap, item)
+            elif item[:2] > heap[0][:2]:
+                heapq.heapreplace(heap, item)
+        return [item[2] for item in sorted(heap, key=lambda i: i[:2])]
 
 
 def trial_seed(seed: int, number: int) -> np.random.Generator:
