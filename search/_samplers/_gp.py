@@ -26,7 +26,9 @@ class WindowedGPSampler(GPSampler):
 
     def __init__(self, *, window: int | None = None, **gp: Any) -> None:
         if window is not None and window < _MIN_WINDOW:
-            raise ValueError(f"window: must be >= {_MIN_WINDOW} (or 0 for every trial), got {window}")
+            raise ValueError(
+                f"window: must be >= {_MIN_WINDOW} (or 0 for every trial), got {window}"
+            )
         super().__init__(**gp)
         self._window = window
         self._windows: dict[int, Window] = {}  # study id -> its window
@@ -39,7 +41,8 @@ class WindowedGPSampler(GPSampler):
         search_space: dict[str, BaseDistribution],
     ) -> dict[str, Any]:
         if self._window:
-            completed_trials = self._windows.setdefault(study._study_id, Window()).pick(  # noqa: SLF001
+            kept = self._windows.setdefault(study._study_id, Window())  # noqa: SLF001
+            completed_trials = kept.pick(
                 study, completed_trials, size=self._window, best=self._window // 10
             )
             running_trials = running_trials[-(self._window // 10):]

@@ -62,7 +62,9 @@ class DistinctTPESampler(TPESampler):
         if not isinstance(space, spaces.Space):
             raise TypeError(f"space: expected a spaces.Space, got {type(space).__name__}")
         if window is not None and window < _MIN_WINDOW:
-            raise ValueError(f"window: must be >= {_MIN_WINDOW} (or 0 for every trial), got {window}")
+            raise ValueError(
+                f"window: must be >= {_MIN_WINDOW} (or 0 for every trial), got {window}"
+            )
         super().__init__(**tpe)
         if self._group_decomposed_search_space is not None:  # same groups, each trial added once
             self._group_decomposed_search_space = IncrementalGroupSpace(True)

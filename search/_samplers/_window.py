@@ -134,7 +134,10 @@ class IncrementalGroupSpace(_GroupDecomposedSearchSpace):
             if self._include_pruned
             else (TrialState.COMPLETE,)
         )
-        for trial in study._get_trials(deepcopy=False, states=states, use_cache=use_cache):  # noqa: SLF001
+        trials = study._get_trials(  # noqa: SLF001
+            deepcopy=False, states=states, use_cache=use_cache
+        )
+        for trial in trials:
             if trial.number not in self._added:
                 self._added.add(trial.number)
                 self._search_space.add_distributions(trial.distributions)
