@@ -9,7 +9,10 @@ draws too), then the strategy, built as ``open_study`` builds it (``search._regi
 its size. The first ask of a sampler is timed apart (``first_ms``: it builds incremental state
 such as REINFORCE's replayed policy or the key caches); ``ms`` is the median of the others.
 ``reads`` counts the trials the sampler read from storage per proposal (``get_all_trials``
-results, summed): what a remote storage would ship.
+results, summed): what a remote storage would ship. ``cpu_ms`` is the median CPU time of the
+proposing process (``time.process_time``; GP runs torch on one thread, so every strategy
+proposes on one core): on a shared machine under load, wall time (``ms``) grows with the load
+and CPU time does not, so the goal is judged on both (``goal.met``, ``goal.met_cpu``).
 
 Spaces: ``cell`` (NAS-Bench-201's cell, 6 categorical decisions) and ``flat`` (a log-float, an
 int, a categorical). Multi-objective NSGA-II is measured on two synthetic objectives.
@@ -117,19 +120,21 @@ def measure(strategy: str, space_name: str, finished: int, running: int,
         rng = np.random.default_rng(0)
         study.add_trials(_trials(space, finished, TrialState.COMPLETE, len(directions), rng))
         study.add_trials(_trials(space, running, TrialState.RUNNING, len(directions), rng))
-        times, reads = [], []
+        times, cpu, reads = [], [], []
         for _ in range(asks + 1):
             before = storage.read
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             trial = study.ask()
             space.suggest(trial)
             times.append(1000 * (time.perf_counter() - started))
+            cpu.append(1000 * (time.process_time() - cpu_started))
             reads.append(storage.read - before)
             study.tell(trial, state=TrialState.FAIL)
     rest = times[1:] or times
     return {
         "strategy": strategy, "space": space_name, "finished": finished, "running": running,
         "first_ms": times[0], "ms": statistics.median(rest), "max_ms": max(rest),
+        "cpu_first_ms": cpu[0], "cpu_ms": statistics.median(cpu[1:] or cpu),
         "reads": statistics.median(reads[1:] or reads), "load1": os.getloadavg()[0],
     }
 
@@ -173,7 +178,9 @@ def main(argv: list[str] | None = None) -> int:
                     results.append(row)
                     print(f"{space_name:5} {strategy:12} finished {n:6} running {r:5}: "
                           f"{row['ms']:8.1f} ms (first {row['first_ms']:8.1f}, max "
-                          f"{row['max_ms']:8.1f}), {row['reads']:7.0f} trials read", flush=True)
+                          f"{row['max_ms']:8.1f}), cpu {row['cpu_ms']:8.1f} ms, "
+                          f"{row['reads']:7.0f} trials read, load {row['load1']:.1f}",
+                          flush=True)
     big = [r for r in results if "ms" in r and split_label(r["strategy"])[0] != "gp"
            and r["strategy"] not in YARDSTICKS
            and r["finished"] == max(finished) and r["running"] == max(running)]
@@ -182,10 +189,15 @@ def main(argv: list[str] | None = None) -> int:
         f"{max(running)} running",
         "worst": max(big, key=lambda r: r["ms"]) if big else None,
         "met": bool(big) and all(r["ms"] <= GOAL_MS for r in big),
+        "met_cpu": bool(big) and all(r["cpu_ms"] <= GOAL_MS for r in big),
+        "worst_cpu": max(big, key=lambda r: r["cpu_ms"]) if big else None,
     }
     print(f"goal: {goal['text']}: {'met' if goal['met'] else 'not met'}"
           + (f" (worst {goal['worst']['strategy']} on {goal['worst']['space']}: "
-             f"{goal['worst']['ms']:.1f} ms)" if goal["worst"] else ""))
+             f"{goal['worst']['ms']:.1f} ms)" if goal["worst"] else "")
+          + f"; in CPU time: {'met' if goal['met_cpu'] else 'not met'}"
+          + (f" (worst {goal['worst_cpu']['strategy']} on {goal['worst_cpu']['space']}: "
+             f"{goal['worst_cpu']['cpu_ms']:.1f} ms)" if goal["worst_cpu"] else ""))
     if args.json:
         doc = {
             "benchmark": "proposal_cost",
