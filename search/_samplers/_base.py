@@ -195,6 +195,13 @@ def candidate_key(space: spaces.Space, params: dict[str, Any]) -> tuple[Any, ...
     return (genome.key, *scalars)
 
 
+def trials_of_this_ask(study: Study, states: tuple[TrialState, ...]) -> list[FrozenTrial]:
+    """The study's trials in ``states`` from Optuna's per-ask snapshot (``use_cache``: read from
+    storage once per ``ask``, shared with Optuna's own samplers and cleared by ``ask`` and
+    ``tell``), so a proposal reads the study once, not once per helper."""
+    return study._get_trials(deepcopy=False, states=states, use_cache=True)  # noqa: SLF001
+
+
 class KeyCache:
     """What :func:`seen_keys` remembers between proposals: per study, the candidate keys of the
     trials that finished for good (complete or pruned: their parameters never change) and which
@@ -225,7 +232,7 @@ def seen_keys(
     done = cache.done.setdefault(sid, set())
     final = cache.final.setdefault(sid, set())
     running: set[tuple[Any, ...]] = set()
-    for t in study.get_trials(deepcopy=False, states=_ALL_STATES):
+    for t in trials_of_this_ask(study, _ALL_STATES):
         tid = t._trial_id  # noqa: SLF001
         if tid in done or tid == exclude:
             continue
@@ -258,7 +265,7 @@ def complete_in_order(study: Study) -> list[FrozenTrial]:
     """COMPLETE trials with a finite value, in the order they finished (then by number)."""
     done = [
         t
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        for t in trials_of_this_ask(study, (TrialState.COMPLETE,))
         if t.values is not None and len(t.values) == 1 and math.isfinite(t.values[0])
     ]
     done.sort(key=lambda t: (t.datetime_complete or t.datetime_start, t.number))
@@ -279,7 +286,7 @@ class LatestComplete:
         sid = study._study_id  # noqa: SLF001
         seen = self._seen.setdefault(sid, set())
         heap = self._heap.setdefault(sid, [])
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        for t in trials_of_this_ask(study, (TrialState.COMPLETE,)):
             if t.number in seen:
                 continue
             seen.add(t.number)
