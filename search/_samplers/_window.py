@@ -79,10 +79,11 @@ class Window:
         if not multi and best > self._capacity:  # (only when a custom gamma grows)
             self._seen, self._heap, self._capacity = set(), [], best
         signs = [1.0 if d == StudyDirection.MAXIMIZE else -1.0 for d in study.directions]
+        seen, complete = self._seen, TrialState.COMPLETE
         for t in trials:  # (complete trials only: a pruned one is modelled when recent)
-            if t.state != TrialState.COMPLETE or not t.values or t.number in self._seen:
+            if t.state != complete or t.number in seen or not t.values:
                 continue
-            self._seen.add(t.number)
+            seen.add(t.number)
             if multi:
                 self._add_to_front(t, signs)
             elif not math.isnan(t.values[0]):
