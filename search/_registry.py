@@ -17,6 +17,7 @@ from search._samplers import (
     GenomeChildGeneration,
     GenomeNSGAIISampler,
     ReinforceSampler,
+    WindowedGPSampler,
 )
 from training.contract import build_pruner
 
@@ -73,6 +74,7 @@ def _tpe(
         multivariate=True,
         group=True,
         constant_liar=options["constant_liar"],
+        window=options["window"] or None,
     )
 
 
@@ -81,7 +83,9 @@ def _gp(
 ) -> optuna.samplers.BaseSampler:
     # Optuna's GP conditions on RUNNING trials itself (q-batch log EI / EHVI), so concurrent
     # asks do not pile onto one point.
-    return optuna.samplers.GPSampler(seed=seed, n_startup_trials=options["startup_trials"])
+    return WindowedGPSampler(
+        seed=seed, n_startup_trials=options["startup_trials"], window=options["window"] or None
+    )
 
 
 _TOURNAMENT = 10  # evolution, selection = "tournament": members per tournament by default
@@ -161,8 +165,8 @@ STRATEGIES = {
 # The study-file options each strategy reads, with its defaults (tuned on NAS-Bench-201).
 STRATEGY_OPTIONS: dict[str, dict[str, Any]] = {
     "random": {},
-    "tpe": {"startup_trials": 10, "ei_candidates": 100, "constant_liar": False},
-    "gp": {"startup_trials": 10},
+    "tpe": {"startup_trials": 10, "ei_candidates": 100, "constant_liar": False, "window": 1000},
+    "gp": {"startup_trials": 10, "window": 200},
     "evolution": {
         "selection": None,  # "greedy", or "tournament" when a tournament size is given
         "population": 30,

@@ -7,6 +7,7 @@ order (0->1, 0->2, 1->2, 0->3, 1->3, 2->3) is the order of :attr:`CellGenome.edg
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -45,7 +46,12 @@ _SHORT = {
 
 def cell_edges(nodes: int) -> list[tuple[int, int]]:
     """Edges ``(i, j)`` in genome order: grouped by target ``j``, then by source ``i``."""
-    return [(i, j) for j in range(1, nodes) for i in range(j)]
+    return list(_cell_edges(nodes))
+
+
+@functools.cache
+def _cell_edges(nodes: int) -> tuple[tuple[int, int], ...]:
+    return tuple((i, j) for j in range(1, nodes) for i in range(j))
 
 
 def _reach(nodes: int, edges: Sequence[tuple[int, int]], start: int, forward: bool) -> set[int]:
@@ -59,15 +65,22 @@ def _reach(nodes: int, edges: Sequence[tuple[int, int]], start: int, forward: bo
 
 
 def live_edges(nodes: int, ops: Sequence[str]) -> list[bool]:
-    """For each edge: is it on some path input -> output through non-``none`` edges?"""
-    pairs = cell_edges(nodes)
+    """For each edge: is it on some path input -> output through non-``none`` edges?
+    (Remembered for the last 2**16 cells asked about: evolution asks about the same few cells
+    thousands of times when a study holds most of the space.)"""
+    return list(_live_edges(nodes, tuple(ops)))
+
+
+@functools.lru_cache(maxsize=2**16)
+def _live_edges(nodes: int, ops: tuple[str, ...]) -> tuple[bool, ...]:
+    pairs = _cell_edges(nodes)
     used = [e for e, op in zip(pairs, ops, strict=True) if op != "none"]
     from_input = _reach(nodes, used, 0, forward=True)
     to_output = _reach(nodes, used, nodes - 1, forward=False)
-    return [
+    return tuple(
         op != "none" and i in from_input and j in to_output
         for (i, j), op in zip(pairs, ops, strict=True)
-    ]
+    )
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -111,24 +124,7 @@ class CellGenome(Genome):
 
     def canonical(self) -> CellGenome:
         """Irrelevant edges set to ``none``; inner nodes renumbered to the smallest edge list."""
-        n = self.nodes
-        live = [
-            (e, op)
-            for e, op, ok in zip(cell_edges(n), self.edges, live_edges(n, self.edges), strict=True)
-            if ok
-        ]
-        # Inner nodes without live edges are interchangeable: they take the last labels.
-        used = sorted({x for (i, j), _ in live for x in (i, j)} - {0, n - 1})
-        unused = [x for x in range(1, n - 1) if x not in used]
-        best: tuple[str, ...] | None = None
-        for perm in itertools.permutations(used):
-            new = {0: 0, n - 1: n - 1, **{old: k + 1 for k, old in enumerate([*perm, *unused])}}
-            ops = {(new[i], new[j]): op for (i, j), op in live}
-            if all(a < b for a, b in ops):
-                encoded = tuple(ops.get(e, "none") for e in cell_edges(n))
-                best = encoded if best is None or encoded < best else best
-        assert best is not None  # the identity permutation always qualifies
-        return CellGenome(nodes=n, edges=best)
+        return CellGenome(nodes=self.nodes, edges=_canonical_edges(self.nodes, self.edges))
 
     def summary(self) -> str:
         parts = []
@@ -241,3 +237,25 @@ class CellFamily(GenomeFamily):
         for op in genome.edges:
             if op not in self.ops:
                 raise ValueError(f"genome: op {op!r} is not in the family's ops {list(self.ops)}")
+
+
+@functools.lru_cache(maxsize=2**16)
+def _canonical_edges(n: int, edges: tuple[str, ...]) -> tuple[str, ...]:
+    """:meth:`CellGenome.canonical`'s edges (remembered: a pure function of the cell)."""
+    live = [
+        (e, op)
+        for e, op, ok in zip(_cell_edges(n), edges, _live_edges(n, edges), strict=True)
+        if ok
+    ]
+    # Inner nodes without live edges are interchangeable: they take the last labels.
+    used = sorted({x for (i, j), _ in live for x in (i, j)} - {0, n - 1})
+    unused = [x for x in range(1, n - 1) if x not in used]
+    best: tuple[str, ...] | None = None
+    for perm in itertools.permutations(used):
+        new = {0: 0, n - 1: n - 1, **{old: k + 1 for k, old in enumerate([*perm, *unused])}}
+        ops = {(new[i], new[j]): op for (i, j), op in live}
+        if all(a < b for a, b in ops):
+            encoded = tuple(ops.get(e, "none") for e in _cell_edges(n))
+            best = encoded if best is None or encoded < best else best
+    assert best is not None  # the identity permutation always qualifies
+    return best

@@ -13,6 +13,7 @@ Mutation kinds per family (:data:`MUTATIONS`):
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -40,20 +41,28 @@ def _choice(rng: np.random.Generator, items: Sequence[T]) -> T:
 # --- cell ----------------------------------------------------------------------------------------
 
 
-def _cell_op_moves(f: CellFamily, g: CellGenome) -> list[tuple[int, str]]:
+def _cell_op_moves(f: CellFamily, g: CellGenome) -> tuple[tuple[int, str], ...]:
     """Single-edge op changes that keep a path: those that change the network, or else the rest."""
-    before = live_edges(g.nodes, g.edges)
+    return _cell_op_moves_of(f.ops, g.nodes, g.edges)
+
+
+@functools.lru_cache(maxsize=2**16)
+def _cell_op_moves_of(
+    ops: tuple[str, ...], nodes: int, cell: tuple[str, ...]
+) -> tuple[tuple[int, str], ...]:
+    # (remembered: evolution mutates the same parents thousands of times in a large study)
+    before = live_edges(nodes, cell)
     changing: list[tuple[int, str]] = []
     neutral: list[tuple[int, str]] = []
-    for e, current in enumerate(g.edges):
-        for op in f.ops:
+    for e, current in enumerate(cell):
+        for op in ops:
             if op != current:
-                edges = g.edges[:e] + (op,) + g.edges[e + 1 :]
-                after = live_edges(g.nodes, edges)
+                edges = cell[:e] + (op,) + cell[e + 1 :]
+                after = live_edges(nodes, edges)
                 if any(after):
                     live = after != before or (after[e] and before[e])
                     (changing if live else neutral).append((e, op))
-    return changing or neutral
+    return tuple(changing or neutral)
 
 
 def _cell_op(f: CellFamily, g: CellGenome, rng: np.random.Generator) -> CellGenome:

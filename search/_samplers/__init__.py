@@ -7,6 +7,7 @@ continues where it stopped; each is seeded per trial (same seed, same sequence).
 
 from search._samplers._base import ProposalSampler, candidate_key
 from search._samplers._evolution import EvolutionSampler
+from search._samplers._gp import WindowedGPSampler
 from search._samplers._nsga2 import GenomeChildGeneration, GenomeNSGAIISampler
 from search._samplers._reinforce import Policy, ReinforceSampler
 from search._samplers._tpe import DistinctTPESampler
@@ -19,5 +20,6 @@ __all__ = [
     "Policy",
     "ProposalSampler",
     "ReinforceSampler",
+    "WindowedGPSampler",
     "candidate_key",
 ]

@@ -12,6 +12,7 @@ the names and choices come out exactly as ``space.suggest(trial)`` asks for them
 
 from __future__ import annotations
 
+import heapq
 import math
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
@@ -194,8 +195,25 @@ def candidate_key(space: spaces.Space, params: dict[str, Any]) -> tuple[Any, ...
     return (genome.key, *scalars)
 
 
-# (study id, trial id) -> (parameter count, candidate key): see seen_keys.
-KeyCache = dict[tuple[int, int], tuple[int, tuple[Any, ...] | None]]
+def trials_of_this_ask(study: Study, states: tuple[TrialState, ...]) -> list[FrozenTrial]:
+    """The study's trials in ``states`` from Optuna's per-ask snapshot (``use_cache``: read from
+    storage once per ``ask``, shared with Optuna's own samplers and cleared by ``ask`` and
+    ``tell``), so a proposal reads the study once, not once per helper."""
+    return study._get_trials(deepcopy=False, states=states, use_cache=True)  # noqa: SLF001
+
+
+class KeyCache:
+    """What :func:`seen_keys` remembers between proposals: per study, the candidate keys of the
+    trials that finished for good (complete or pruned: their parameters never change) and which
+    trials those were; per unfinished trial, its key with the parameter count it came from."""
+
+    def __init__(self) -> None:
+        self.done: dict[int, set[int]] = {}  # study id -> ids of complete / pruned trials seen
+        self.final: dict[int, set[tuple[Any, ...]]] = {}  # study id -> their candidate keys
+        self.open: dict[tuple[int, int], tuple[int, tuple[Any, ...] | None]] = {}
+
+
+_FINAL = frozenset((TrialState.COMPLETE, TrialState.PRUNED))
 
 
 def seen_keys(
@@ -206,25 +224,36 @@ def seen_keys(
     params_of: Callable[[FrozenTrial], dict[str, Any]] = lambda t: t.params,
 ) -> set[tuple[Any, ...]]:
     """Candidate keys (``key_of(params_of(trial))``) of every trial that ran, runs or waits
-    (failed ones and trial id ``exclude`` excepted). A trial's parameters only grow
-    (define-by-run) and never change once set, so each key is cached in ``cache`` with the
-    parameter count it came from, running trials included: a proposal at 10,000 trials does
-    not recompute 10,000 keys."""
-    seen = set()
-    for t in study.get_trials(deepcopy=False, states=_ALL_STATES):
-        if t._trial_id == exclude:  # noqa: SLF001
+    (failed ones and trial id ``exclude`` excepted). Incremental: a complete or pruned trial's
+    key is computed once and kept in ``cache.final``; a running or waiting trial's parameters
+    only grow (define-by-run), so its key is cached with the parameter count it came from. A
+    proposal at 10,000 trials computes the keys of the trials that changed since the last one."""
+    sid = study._study_id  # noqa: SLF001
+    done = cache.done.setdefault(sid, set())
+    final = cache.final.setdefault(sid, set())
+    running: set[tuple[Any, ...]] = set()
+    for t in trials_of_this_ask(study, _ALL_STATES):
+        tid = t._trial_id  # noqa: SLF001
+        if tid in done or tid == exclude:
             continue
         params = params_of(t)
-        where = (study._study_id, t._trial_id)  # noqa: SLF001
-        hit = cache.get(where)
+        where = (sid, tid)
+        hit = cache.open.get(where)
         if hit is not None and hit[0] == len(params):
             key = hit[1]
         else:
             key = key_of(params)
-            cache[where] = (len(params), key)
-        if key is not None:
-            seen.add(key)
-    return seen
+            cache.open[where] = (len(params), key)
+        if t.state in _FINAL:
+            done.add(tid)
+            del cache.open[where]
+            if key is not None:
+                final.add(key)
+        elif key is not None:
+            running.add(key)
+    if len(cache.open) > 100_000:  # keys of trials that failed while running
+        cache.open.clear()
+    return final | running if running else set(final)
 
 
 def sign(study: Study) -> float:
@@ -236,11 +265,39 @@ def complete_in_order(study: Study) -> list[FrozenTrial]:
     """COMPLETE trials with a finite value, in the order they finished (then by number)."""
     done = [
         t
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        for t in trials_of_this_ask(study, (TrialState.COMPLETE,))
         if t.values is not None and len(t.values) == 1 and math.isfinite(t.values[0])
     ]
     done.sort(key=lambda t: (t.datetime_complete or t.datetime_start, t.number))
     return done
+
+
+class LatestComplete:
+    """The ``size`` most recently finished COMPLETE trials with a finite value, in the order
+    they finished (then by number): the tail of :func:`complete_in_order`, kept incrementally
+    (each trial is looked at once; a complete trial never changes), per study."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._seen: dict[int, set[int]] = {}  # study id -> trial numbers looked at
+        self._heap: dict[int, list[tuple[Any, int, FrozenTrial]]] = {}  # (finished, number, t)
+
+    def __call__(self, study: Study) -> list[FrozenTrial]:
+        sid = study._study_id  # noqa: SLF001
+        seen = self._seen.setdefault(sid, set())
+        heap = self._heap.setdefault(sid, [])
+        for t in trials_of_this_ask(study, (TrialState.COMPLETE,)):
+            if t.number in seen:
+                continue
+            seen.add(t.number)
+            if t.values is None or len(t.values) != 1 or not math.isfinite(t.values[0]):
+                continue
+            item = (t.datetime_complete or t.datetime_start, t.number, t)
+            if len(heap) < self._size:
+                heapq.heappush(heap, item)
+            elif item[:2] > heap[0][:2]:
+                heapq.heapreplace(heap, item)
+        return [item[2] for item in sorted(heap, key=lambda i: i[:2])]
 
 
 def trial_seed(seed: int, number: int) -> np.random.Generator:
@@ -263,7 +320,7 @@ class ProposalSampler(optuna.samplers.BaseSampler):
         self._seed = entropy % 2**63 if seed is None else seed
         self._random = optuna.samplers.RandomSampler(seed=seed)
         self._proposals: dict[int, dict[str, Any]] = {}
-        self._keys: KeyCache = {}
+        self._keys = KeyCache()
 
     @abstractmethod
     def propose(self, study: Study, trial: FrozenTrial, rng: np.random.Generator) -> dict[str, Any]:

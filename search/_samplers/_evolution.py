@@ -24,9 +24,9 @@ from optuna.trial import FrozenTrial
 import spaces
 from search._samplers._base import (
     GENOME,
+    LatestComplete,
     ProposalSampler,
     candidate_key,
-    complete_in_order,
     consistent,
     family_of,
     from_unit,
@@ -96,10 +96,11 @@ class EvolutionSampler(ProposalSampler):
         self._crossover_prob = crossover_prob
         # Scalar distributions as the space asks for them, conditional ones included.
         self._scalars = scalar_distributions(space)
+        self._latest = LatestComplete(population)  # incremental: 10,000 trials are not sorted
 
     def population(self, study: Study) -> list[FrozenTrial]:
         """The current population: the last ``population`` COMPLETE trials, oldest first."""
-        return complete_in_order(study)[-self._size :]
+        return self._latest(study)
 
     def propose(self, study: Study, trial: FrozenTrial, rng: np.random.Generator) -> dict[str, Any]:
         seen = self.seen_keys(study, exclude=trial._trial_id)  # noqa: SLF001

@@ -28,8 +28,9 @@ from typing import Any
 import numpy as np
 from optuna.distributions import BaseDistribution
 from optuna.samplers import TPESampler
+from optuna.samplers._tpe.sampler import default_gamma, default_gamma_multiobjective
 from optuna.study import Study
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 import spaces
 from search._samplers._base import (
@@ -41,23 +42,37 @@ from search._samplers._base import (
     with_genome,
 )
 from search._samplers._evolution import _TRIES, _WIDEN, mutate_params
+from search._samplers._window import IncrementalGroupSpace, Window, WindowedStudy
 
+_MIN_WINDOW = 50  # a window holds TPE's good trials (25 at most with one objective) and more
 _CACHE = 100_000  # raw params -> candidate key entries kept before the cache is cleared
 _MISSING = object()
 
 
 class DistinctTPESampler(TPESampler):
-    """:class:`optuna.samplers.TPESampler` (same keyword arguments, plus ``space``) whose relative
-    proposals avoid candidates already in the study (see the module docstring). When every EI
-    candidate is a repeat, TPE's own choice stands."""
+    """:class:`optuna.samplers.TPESampler` (same keyword arguments, plus ``space`` and
+    ``window``) whose relative proposals avoid candidates already in the study (see the module
+    docstring). When every EI candidate is a repeat, TPE's own choice stands.
 
-    def __init__(self, *, space: spaces.Space, **tpe: Any) -> None:
+    ``window``: once more trials than this have finished, TPE is fitted on its "good" trials of
+    the whole study (the best ``gamma``) plus the most recent others, ``window`` in all
+    (``search._samplers._window``); None fits every trial, as Optuna does."""
+
+    def __init__(self, *, space: spaces.Space, window: int | None = None, **tpe: Any) -> None:
         if not isinstance(space, spaces.Space):
             raise TypeError(f"space: expected a spaces.Space, got {type(space).__name__}")
+        if window is not None and window < _MIN_WINDOW:
+            raise ValueError(
+                f"window: must be >= {_MIN_WINDOW} (or 0 for every trial), got {window}"
+            )
         super().__init__(**tpe)
+        if self._group_decomposed_search_space is not None:  # same groups, each trial added once
+            self._group_decomposed_search_space = IncrementalGroupSpace(True)
         self._space = space
+        self._window = window
+        self._windows: dict[int, Window] = {}  # study id -> its window
         self._keys: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}
-        self._trial_keys: KeyCache = {}
+        self._trial_keys = KeyCache()
         # What one trial's sample needs (seen keys, its distributions), per thread: a user may
         # call optimize(n_jobs > 1) with this sampler, and two trials sample at once.
         self._call = threading.local()
@@ -87,6 +102,7 @@ class DistinctTPESampler(TPESampler):
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
         self._call.seen, self._call.chosen = self._seen_keys(study, trial), {}
+        self._call.windowed = self._windowed(study)
         try:
             params = super().sample_relative(study, trial, search_space)
             if not params:
@@ -99,7 +115,7 @@ class DistinctTPESampler(TPESampler):
             self.proposals["moved"] += 1
             return self._neighbour(whole, self._call.seen)
         finally:
-            self._call.seen, self._call.chosen = None, {}
+            self._call.seen, self._call.chosen, self._call.windowed = None, {}, None
 
     def _neighbour(self, params: dict[str, Any], seen: set[tuple[Any, ...]]) -> dict[str, Any]:
         """The nearest candidate to ``params`` the study does not hold (``params`` itself when
@@ -117,12 +133,33 @@ class DistinctTPESampler(TPESampler):
                 return child
         return params
 
+    def _windowed(self, study: Study) -> Study | WindowedStudy:
+        """``study`` as TPE's fit sees it: every trial it would read, or the window of them."""
+        if not self._window:
+            return study
+        states = (TrialState.COMPLETE, TrialState.PRUNED) + (
+            (TrialState.RUNNING,) if self._constant_liar else ()
+        )
+        trials = study._get_trials(  # noqa: SLF001
+            deepcopy=False, states=states, use_cache=not self._constant_liar
+        )
+        if len(trials) <= self._window:
+            return study
+        n = sum(t.state != TrialState.RUNNING for t in trials)
+        multi = len(study.directions) > 1
+        gamma = self._gamma or (default_gamma_multiobjective if multi else default_gamma)
+        picked = self._windows.setdefault(study._study_id, Window()).pick(  # noqa: SLF001
+            study, trials, size=self._window, best=gamma(n)
+        )
+        return WindowedStudy(study, picked)
+
     def _sample(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
         self._call.dists = search_space
+        windowed = getattr(self._call, "windowed", None) or self._windowed(study)
         try:
-            params = super()._sample(study, trial, search_space)
+            params = super()._sample(windowed, trial, search_space)  # type: ignore[arg-type]
         finally:
             self._call.dists = {}
         chosen = getattr(self._call, "chosen", None)
