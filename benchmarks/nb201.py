@@ -147,7 +147,6 @@ def run_one(job: Job) -> dict[str, Any]:
     import optuna
 
     from search import Driver, open_study, parse_study
-    from search._nb201 import mean_accuracy
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sf = parse_study(study_dict(job))
@@ -157,6 +156,18 @@ def run_one(job: Job) -> dict[str, Any]:
         trials=job.evaluations, concurrency=job.concurrency, timeout=None
     )
     wall = time.perf_counter() - started
+    return {"job": job, **incumbent_curve(study, job.dataset), "failed": counts.failed,
+            "wall_s": wall}
+
+
+def incumbent_curve(study: Any, dataset: str) -> dict[str, Any]:
+    """The incumbent's seed-averaged accuracy after each evaluation (in the order trials were
+    told; the incumbent is the best *observed* value), the simulated clock at each, and the
+    number of distinct cells evaluated."""
+    import optuna
+
+    from search._nb201 import mean_accuracy
+
     done = [
         t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE
     ]
@@ -167,15 +178,12 @@ def run_one(job: Job) -> dict[str, Any]:
         if t.values[0] > best_value:
             best_value = t.values[0]
             # Scored from the table by the cell's architecture, not by what the trial reports.
-            best_mean = mean_accuracy(str(t.user_attrs["nb201_arch"]), job.dataset)
+            best_mean = mean_accuracy(str(t.user_attrs["nb201_arch"]), dataset)
         incumbent.append(best_mean)
         clock.append(float(t.user_attrs.get("sim_clock_s", np.nan)))
     return {
-        "job": job,
         "incumbent": incumbent,
         "clock": clock,
-        "failed": counts.failed,
-        "wall_s": wall,
         "distinct_cells": len({t.user_attrs.get("nb201_arch") for t in done}),
     }
 
