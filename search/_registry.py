@@ -197,7 +197,7 @@ STRATEGY_OPTIONS: dict[str, dict[str, Any]] = {
     "nsga2": {"population": 50, "mutation_prob": None, "crossover_prob": 0.9},
     "predictor": {
         "startup_trials": 10,
-        "candidates": 200,  # scored per ask: 3/4 mutations of the best, 1/4 uniform draws
+        "candidates": 200,  # scored per ask: 90 % children of the parents, 10 % uniform draws
         "parents": 10,  # the known candidates the model rates best, mutated
         "acquisition": "ei",  # "ei", "ucb" (mean + beta * std) or "thompson"
         "beta": 1.0,  # ucb only

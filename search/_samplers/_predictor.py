@@ -48,7 +48,7 @@ from search._samplers._base import (
 from search._samplers._evolution import mutate_params
 from search._samplers._surrogate import ACQUISITIONS, GaussianProcess, normal_scores, probit
 
-_RANDOM_SHARE = 0.25  # of the candidates: uniform draws; the rest mutations of the parents
+_RANDOM_SHARE = 0.1  # of the candidates: uniform draws; the rest children of the parents
 _BELIEVER_NOISE = 0.02  # noise variance of a running trial's fantasised result
 _PRIOR_MAX = 300  # source points kept: the best half of them, the rest spread over the ranks
 _PRIOR_NOISE = 0.1  # extra noise variance of a source point at the start ...
