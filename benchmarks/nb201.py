@@ -14,7 +14,8 @@ simulated time, and the sampler sees the 7 still running).
 Score of one run: the seed-averaged validation accuracy (``search._nb201.mean_accuracy``) of the
 incumbent -- the trial with the best *observed* value -- after 100 evaluations. Per strategy and
 mode: the mean over seeds (strategy seed = run index; the driver derives each trial's noise seed
-from it) and its standard error.
+from it) and its standard error. The same runs' incumbent after their first 50 told trials is
+reported beside it (``sequential_at_50``, ``concurrent_at_50`` and their standard errors).
 
 Yardsticks (CIFAR-10 validation, 100 evaluations): uniform random search 91.02 (exact expectation
 from the table, the incumbent picked by its seed-averaged accuracy; 91.00 when picked by one
@@ -65,13 +66,14 @@ from _common import machine, now_iso  # benchmarks/_common.py (the script direct
 EVALUATIONS = 100
 SEEDS = 100
 CONCURRENT = 8
-ORDER = ("random", "tpe", "gp", "evolution", "reinforce")  # table order; others follow
+ORDER = ("random", "tpe", "gp", "evolution", "reinforce", "predictor")  # table order; others follow
 # Seeds per strategy where 100 would take too long (the JSON records the true count): GP takes
 # ~0.3 s per trial (~30 s per run of 100 on one core, 10x the others).
 SLOW_SEEDS = {"gp": 24}
 # Strategy options beyond name and seed (empty: the strategy's study-file defaults).
 OPTIONS: dict[str, dict[str, Any]] = {}
 TIME_POINTS = 120
+HALFWAY = 50  # also reported: the incumbent after this many told trials, from the same runs
 
 # CIFAR-10 yardsticks (validation, 100 evaluations) from the issue and the NAS-Bench-201 paper.
 PUBLISHED = {"REA (paper)": 91.19, "REINFORCE (paper)": 91.09}
@@ -203,7 +205,7 @@ def run_all(jobs: list[Job], workers: int) -> list[dict[str, Any]]:
     """Every job over a process pool, with a progress bar; the slowest strategies first."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    cost = {"gp": 0, "tpe": 1, "reinforce": 2, "evolution": 3, "random": 4}
+    cost = {"gp": 0, "predictor": 0, "tpe": 1, "reinforce": 2, "evolution": 3, "random": 4}
     jobs = sorted(jobs, key=lambda j: (cost.get(j.strategy, 2), j.dataset, j.seed))
     results = []
     ctx = multiprocessing.get_context("spawn")  # no fork after Dask's threads
@@ -263,6 +265,11 @@ def summarise(
                 final = [r["incumbent"][-1] for r in mine]
                 entry[mode] = float(np.mean(final))
                 entry[f"{mode}_stderr"] = _stderr(final)
+                # The same runs after their first HALFWAY told trials (the 50-evaluation score).
+                half = [r["incumbent"][HALFWAY - 1] for r in mine if len(r["incumbent"]) >= HALFWAY]
+                if evaluations > HALFWAY and len(half) == len(mine):
+                    entry[f"{mode}_at_{HALFWAY}"] = float(np.mean(half))
+                    entry[f"{mode}_at_{HALFWAY}_stderr"] = _stderr(half)
                 entry[f"{mode}_ms_per_trial"] = 1000 * float(
                     np.mean([r["wall_s"] / max(len(r["incumbent"]), 1) for r in mine])
                 )
@@ -366,6 +373,12 @@ def _concurrent_goal(ds: str, st: str) -> str:
     return f"{ds} {st}: concurrent >= sequential - {GOAL_CONCURRENT_DROP}"
 
 
+def _halfway(entry: dict[str, Any]) -> str:
+    """The incumbent after HALFWAY evaluations, sequential / concurrent ("-" when absent)."""
+    parts = [entry.get(f"{mode}_at_{HALFWAY}") for mode in ("sequential", "concurrent")]
+    return " / ".join("-" if v is None else f"{v:.2f}" for v in parts)
+
+
 def _met(goal: dict[str, Any] | None) -> str:
     if goal is None:
         return ""
@@ -392,6 +405,7 @@ def print_tables(table: dict[str, Any], ys: dict[str, Any], goals: dict[str, Any
             "± se",
             "concurrent (8)",
             "conc - seq",
+            f"at {HALFWAY}: seq / conc",
             "seq - random",
             "reference",
             "goal",
@@ -426,6 +440,7 @@ def print_tables(table: dict[str, Any], ys: dict[str, Any], goals: dict[str, Any
                 f"{e['concurrent_minus_sequential']:+.3f}"
                 if "concurrent_minus_sequential" in e
                 else "-",
+                _halfway(e),
                 f"{seq - y['random_expectation']:+.2f}" if seq is not None else "-",
                 ref,
                 goal,
@@ -436,6 +451,7 @@ def print_tables(table: dict[str, Any], ys: dict[str, Any], goals: dict[str, Any
                 "REA (paper)",
                 "",
                 f"{PUBLISHED['REA (paper)']:.2f}",
+                "",
                 "",
                 "",
                 "",
@@ -451,10 +467,13 @@ def print_tables(table: dict[str, Any], ys: dict[str, Any], goals: dict[str, Any
                 "",
                 "",
                 "",
+                "",
                 "published",
                 "",
             )
-            t.add_row("best possible", "", f"{y['best_possible']:.2f}", "", "", "", "", "table", "")
+            t.add_row(
+                "best possible", "", f"{y['best_possible']:.2f}", "", "", "", "", "", "table", ""
+            )
         console.print(t)
     if goals:
         g = Table(title=f"Goals (accuracy: {GOAL_DATASET}, sequential; asynchrony: every dataset)")

@@ -155,7 +155,9 @@ class Strategy(_Strict):
 
     name: Annotated[str, _one_of(STRATEGIES, "strategy")] = "tpe"
     seed: int | None = None
-    startup_trials: int | None = Field(None, ge=0, description="tpe/gp: random trials first")
+    startup_trials: int | None = Field(
+        None, ge=0, description="tpe/gp/predictor: random trials first"
+    )
     ei_candidates: int | None = Field(None, ge=1, description="tpe: candidates scored per ask")
     constant_liar: bool | None = Field(
         None, description="tpe: running trials count as bad results (Optuna's constant liar)"
@@ -184,6 +186,14 @@ class Strategy(_Strict):
     importance_weights: bool | None = Field(
         None, description="reinforce: weight a late result by pi_now / pi_then of its draw"
     )
+    candidates: int | None = Field(None, ge=1, description="predictor: candidates scored per ask")
+    parents: int | None = Field(
+        None, ge=1, description="predictor: best-predicted known candidates mutated"
+    )
+    acquisition: Literal["ei", "ucb", "thompson"] | None = Field(
+        None, description="predictor: expected improvement, mean + beta * std, or a posterior draw"
+    )
+    beta: float | None = Field(None, ge=0, description="predictor: ucb's weight on std")
     warm_start: Annotated[list[WarmSource] | None, BeforeValidator(_warm_sources)] = Field(
         None, description="earlier studies whose best candidates run first (search/_warm_start.py)"
     )
