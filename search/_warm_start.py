@@ -38,6 +38,7 @@ from optuna.trial import TrialState
 
 import spaces
 from search._errors import StudyError, words
+from search._samplers import PredictorSampler
 from search._samplers._base import GENOME, candidate_key, family_of, scalar_distributions
 from search._study_file import DEFAULT_WARM_START_TOP, StudyFile, WarmSource
 from training.contract import open_storage, redact, storage_file
@@ -241,5 +242,6 @@ def apply(study: optuna.Study, sf: StudyFile, sources: Sequence[Source]) -> list
 
 
 def _hand_prior(sampler: optuna.samplers.BaseSampler, sources: Sequence[Source]) -> None:
-    """The predictor strategy learns from every finished source trial."""
-    del sampler, sources  # no strategy here learns from a prior yet
+    """The predictor strategy learns from every finished source trial (its ``set_prior``)."""
+    if isinstance(sampler, PredictorSampler):
+        sampler.set_prior(prior(sources))

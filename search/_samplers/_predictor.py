@@ -125,7 +125,7 @@ class PredictorSampler(ProposalSampler):
         for i, (params, score) in enumerate(prior):
             if not 0.0 <= float(score) <= 1.0:
                 raise ValueError(f"prior[{i}]: score must be in [0, 1], got {score}")
-            rng = trial_seed(self._seed, -1 - i)  # what a source point lacks, drawn once
+            rng = trial_seed(self._seed, 2**62 + i)  # what a source point lacks, drawn once
             full = consistent(self._space, with_genome(self._space, dict(params), rng),
                               self._scalars, rng)
             points.append((full, float(score)))
