@@ -24,7 +24,7 @@ are summarised with the earlier ones. ``--quick``: 2 seeds, random and tpe, CIFA
 Command::
 
     python benchmarks/warmstart.py [--quick] [--json PATH] [--seeds N] [--strategies S ...]
-                                   [--datasets D ...] [--workers N] [--resume]
+                                   [--datasets D ...] [--workers N] [--resume [--summarise]]
 """
 
 from __future__ import annotations
@@ -244,6 +244,14 @@ def print_tables(table: dict[str, Any], ys: dict[str, Any], goals: dict[str, Any
         console.print(g)
 
 
+def _record(line: str) -> dict[str, Any] | None:
+    """One run of the log; None for a line cut short (a run killed while it was written)."""
+    try:
+        return json.loads(line) if line.strip() else None
+    except json.JSONDecodeError:
+        return None
+
+
 def _order(strategy: str) -> tuple[int, str]:
     return nb201._order(strategy)  # noqa: SLF001
 
@@ -281,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--datasets", nargs="+", choices=[d for d in DATASETS if d != SOURCE_DATASET])
     p.add_argument("--workers", type=int, default=1, help="processes (default 1)")
     p.add_argument("--resume", action="store_true", help="skip runs already in PATH.runs.jsonl")
+    p.add_argument("--summarise", action="store_true",
+                   help="run nothing: the figures of the runs in PATH.runs.jsonl (with --resume)")
     args = p.parse_args(argv)
 
     default = [s for s in STRATEGIES if s not in ("nsga2", "gp")]
@@ -302,12 +312,12 @@ def main(argv: list[str] | None = None) -> int:
         if not args.resume:
             log.unlink()
         else:
-            done = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+            done = [r for r in map(_record, log.read_text().splitlines()) if r is not None]
     have = {Run(**r["job"]).key for r in done}
     runs = [Run(st, ds, seed, warm) for seed in range(max(map(seeds_for, strategies)))
             for st in strategies if seed < seeds_for(st)
             for ds in datasets for warm in (False, True)]
-    todo = [r for r in runs if r.key not in have]
+    todo = [] if args.summarise else [r for r in runs if r.key not in have]
     started = time.perf_counter()
     load_before = os.getloadavg()
     records = done + run_all(todo, args.workers, log)
