@@ -56,7 +56,7 @@ SEEDS = 100
 SLOW_SEEDS = {"gp": 10, "predictor": 30}
 GOAL = ("cifar100", 20, 73.20)
 ROBOT = {"cifar100": 73.51}  # RoBoT (He et al. 2024), 20 queries after zero-cost proxies
-_KEPT_SOURCES = 4  # source storages cached per process (runs are ordered by seed)
+_KEPT_SOURCES = 128  # source storages cached per process (a few MB each at most)
 
 
 @dataclass(frozen=True)

@@ -109,7 +109,9 @@ def validate(plan: Plan) -> list[str]:
     study = (f"resumes study {sf.name!r} in {where} ({plan.finished} of {plan.target} trials "
              "finished)" if plan.existing is not None else
              f"creates study {sf.name!r} in {where}")
-    return [*(f"note: {n}" for n in plan.notes),
+    warm = [f"note: warm start from {s.name} in {s.where}: {len(s.trials)} complete trials, "
+            f"shared dimensions: {', '.join(s.common)}" for s in plan.sources or []]
+    return [*(f"note: {n}" for n in plan.notes), *warm,
             f"ok: {sf.name}: {study}; {what_a_trial_is(sf)}; cluster {plan.cluster.backend}"]
 
 
