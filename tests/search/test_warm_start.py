@@ -244,6 +244,23 @@ def test_source_in_another_storage_is_byte_identical_afterwards(tmp_path: Path, 
     assert "t" not in optuna.get_all_study_names(open_storage(src_url))
 
 
+def test_source_on_postgresql_is_read_not_written(tmp_path: Path, postgres_url: str) -> None:
+    name = f"c10-{tmp_path.name}"[:60]  # the server is shared by the session's tests
+    _make_source(postgres_url, name, [90.0, 91.0, 89.5])
+    before = _snapshot(postgres_url, name)
+    studies = sorted(optuna.get_all_study_names(open_storage(postgres_url)))
+    path = _write(tmp_path, "t", _nb201(
+        "t", trials=3, warm_start=f'[{{ study = "{name}", storage = "{postgres_url}" }}]'))
+    url = str(tmp_path / "new.journal")
+    code, out, err = run_cli("run", str(path), "--storage", url, "--no-progress")
+    assert code == 0, out + err
+    assert _transferred(_study(url, "t")) == [f"{name}#1", f"{name}#0", f"{name}#2"]
+    assert _snapshot(postgres_url, name) == before
+    assert sorted(optuna.get_all_study_names(open_storage(postgres_url))) == studies
+    stored = _study(url, "t").user_attrs["detol:study"]["strategy"]["warm_start"]
+    assert "pg-secret" not in str(stored)  # the stored study form holds no password
+
+
 def test_several_sources_rank_by_quantile_and_a_cell_runs_once(tmp_path: Path) -> None:
     url = str(tmp_path / "s.journal")
     a = _make_source(url, "a", [50.0, 40.0, 30.0, 20.0], seed=1)
