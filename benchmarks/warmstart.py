@@ -84,6 +84,7 @@ def source_storage(seed: int) -> Any:
 
     if seed in _SOURCES:
         return _SOURCES[seed]
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     job = nb201.Job(SOURCE, SOURCE_DATASET, seed + SOURCE_SEED_OFFSET, 1, SOURCE_EVALUATIONS)
     sf = parse_study(nb201.study_dict(job) | {"name": "source"})
     storage = optuna.storages.InMemoryStorage()
