@@ -18,10 +18,12 @@ Each is valid by construction, compares by canonical form (``genome.key`` is a s
 round-trips through ``to_json`` / :func:`genome_from_json`. Families: :class:`CellFamily`,
 :class:`MacroFamily`, :class:`StackFamily` (or :func:`make_family` from a study file's table);
 :func:`mutate` and :func:`crossover` vary genomes for evolutionary search.
+:class:`SpaceEmbedding` maps a trial's parameters (canonical genome and scalars) to a vector.
 """
 
 from spaces._cell import CELL_OPS, NB201_OPS, CellFamily, CellGenome, cell_edges
 from spaces._dimensions import Categorical, Dimension, Float, Int
+from spaces._embedding import SpaceEmbedding
 from spaces._genome import (
     FAMILIES,
     Genome,
@@ -55,6 +57,7 @@ __all__ = [
     "MacroGenome",
     "MacroNode",
     "Space",
+    "SpaceEmbedding",
     "StackFamily",
     "StackGenome",
     "applicable_mutations",
