@@ -144,12 +144,11 @@ class PredictorSampler(ProposalSampler):
             rest = points[half:]
             spread = np.linspace(0, len(rest) - 1, _PRIOR_MAX - half).round().astype(int)
             points = points[:half] + [rest[i] for i in spread]
-        params = [p for p, _ in points]
-        x = self._embed.many(params)
+        chosen = [p for p, _ in points]
+        x = self._embed.many(chosen) * self._weights
         y = probit(np.array([s for _, s in points]))
-        x = x * self._weights
-        self._prior_model = GaussianProcess.fit(x, y)
-        self._prior = ([(self._key(p), p) for p in params], x, y)
+        self._prior_model = GaussianProcess.fit(x, y, groups=self._groups)
+        self._prior = ([(self._key(p), p) for p in chosen], x, y)
 
     # -- proposals ---------------------------------------------------------------------------
 
