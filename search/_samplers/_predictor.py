@@ -150,6 +150,11 @@ class PredictorSampler(ProposalSampler):
         self._prior_model = GaussianProcess.fit(x, y, groups=self._groups)
         self._prior = ([(self._key(p), p) for p in chosen], x, y)
 
+    def reseed_rng(self) -> None:
+        """A new seed, and children made afresh from it."""
+        super().reseed_rng()
+        self._pools = {}
+
     # -- proposals ---------------------------------------------------------------------------
 
     def propose(self, study: Study, trial: FrozenTrial, rng: np.random.Generator) -> dict[str, Any]:

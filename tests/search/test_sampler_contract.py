@@ -122,7 +122,7 @@ def test_a_study_resumed_after_its_space_was_edited_goes_on(name: str, edit: str
                     assert dim.low <= value <= dim.high
 
 
-@pytest.mark.parametrize("name", ("evolution", "reinforce", "nsga2"))
+@pytest.mark.parametrize("name", ("evolution", "reinforce", "nsga2", "predictor"))
 def test_reseed_rng_changes_what_is_proposed(name: str) -> None:
     """Same seed, same history: the proposals agree; after ``reseed_rng`` they do not."""
     def proposals(reseed: bool) -> list[dict[str, Any]]:
