@@ -129,6 +129,9 @@ class Strategy(_Strict):
         None, description="predictor: expected improvement, mean + beta * std, or a posterior draw"
     )
     beta: float | None = Field(None, ge=0, description="predictor: ucb's weight on std")
+    embedding: str | None = Field(
+        None, description="predictor: spaces.SpaceEmbedding kind, e.g. 'path+wl', 'onehot+wl1'"
+    )
 
     @model_validator(mode="after")
     def _own_options(self) -> Strategy:

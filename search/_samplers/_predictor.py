@@ -84,7 +84,7 @@ class PredictorSampler(ProposalSampler):
         parents: int = 10,
         acquisition: str = "ei",
         beta: float = 1.0,
-        embedding: str | None = None,
+        embedding: str = "path+wl",
         seed: int | None = None,
     ) -> None:
         super().__init__(space=space, seed=seed)
@@ -100,8 +100,10 @@ class PredictorSampler(ProposalSampler):
             )
         if beta < 0:
             raise ValueError(f"beta: must be >= 0, got {beta}")
-        kind = {} if embedding is None else {"kind": embedding}
-        self._embed = spaces.SpaceEmbedding(space, **kind)
+        try:
+            self._embed = spaces.SpaceEmbedding(space, kind=embedding)
+        except ValueError as exc:
+            raise ValueError(f"embedding: {str(exc).removeprefix('kind: ')}") from None
         self._weights = unit_weights(space, self._embed)
         units = [_unit_of(name, self._embed.genome_name) for name in self._embed.names]
         self._groups = [

@@ -183,6 +183,7 @@ def test_refuses_two_objectives_like_the_others() -> None:
     ({"acquisition": "pi"}, r"^strategy\.acquisition: expected one of"),
     ({"candidates": 0}, r"^strategy\.candidates: must be >= 1, got 0$"),
     ({"beta": -1.0}, r"^strategy\.beta: must be >= 0, got -1.0$"),
+    ({"embedding": "paths"}, r"^strategy\.embedding: unknown encoding 'paths'"),
 ])
 def test_bad_options_are_one_line_errors(options: dict[str, Any], message: str) -> None:
     with pytest.raises(StudyError, match=message):
