@@ -11,7 +11,7 @@ curves) comes back as a :class:`Panel` with a note that says why, never as an ex
 >>> trials_frame(study)[["number", "state", "value", "params_x"]].shape
 (3, 4)
 >>> [p.key for p in study_panels(study)]
-['history', 'curves', 'parallel', 'importance']
+['history', 'curves', 'parallel', 'importance', 'map']
 """
 
 from __future__ import annotations
@@ -38,13 +38,15 @@ from search._frame import (
 )
 from search._genome_drawing import GenomeGraph, draw_genome, genome_graph
 from search._importance import importance_figure, importance_panel, param_importances
+from search._map import map_figure, map_panel
 from search._plotting import TEMPLATE, CannotDraw, Panel
 from search._plotting import style as _style
 
 __all__ = [
     "TEMPLATE", "CannotDraw", "GenomeGraph", "Panel", "anytime_bands", "anytime_frame",
     "comparable", "compare_figure", "curves_figure", "draw_genome", "genome_figure",
-    "genome_graph", "history_figure", "importance_figure", "objective_names", "other_studies",
+    "genome_graph", "history_figure", "importance_figure", "map_figure", "objective_names",
+    "other_studies",
     "parallel_figure", "param_importances", "pareto_figure", "strategy_of", "study_config",
     "study_panels", "trials_frame",
 ]
@@ -352,7 +354,8 @@ def study_panels(study: optuna.Study, compare: Sequence[optuna.Study] = (), *,
                  chosen: bool = False) -> list[Panel]:
     """Every figure for ``study`` (a note where one cannot be drawn): history, learning curves
     (not for a benchmark table, which has none), parallel coordinates, importances, the Pareto
-    front (several objectives), the best genome (when trials have genomes) and a strategy
+    front (several objectives), the best genome (when trials have genomes), the architecture map
+    (:mod:`search._map`) and a strategy
     comparison with the studies in ``compare`` that share its first objective (and, unless the
     user ``chosen`` them, its dataset)."""
     panels = [_panel("history", "Optimisation history", lambda: history_figure(study))]
@@ -366,6 +369,7 @@ def study_panels(study: optuna.Study, compare: Sequence[optuna.Study] = (), *,
         panels.append(_panel("pareto", "Pareto front", lambda: pareto_figure(study)))
     if any("genome" in t.user_attrs for t in study.get_trials(deepcopy=False)):
         panels.append(_panel("genome", "Best genome", lambda: genome_figure(study)))
+    panels.append(map_panel(study))
     if compare:
         same, skipped = comparable(study, compare, same_dataset=not chosen)
         panel = _panel("compare", "Strategies compared", lambda: compare_figure(same))

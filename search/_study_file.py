@@ -194,6 +194,9 @@ class Strategy(_Strict):
         None, description="predictor: expected improvement, mean + beta * std, or a posterior draw"
     )
     beta: float | None = Field(None, ge=0, description="predictor: ucb's weight on std")
+    embedding: str | None = Field(
+        None, description="predictor: spaces.SpaceEmbedding kind, e.g. 'path+wl', 'onehot+wl1'"
+    )
     warm_start: Annotated[list[WarmSource] | None, BeforeValidator(_warm_sources)] = Field(
         None, description="earlier studies whose best candidates run first (search/_warm_start.py)"
     )

@@ -38,6 +38,7 @@ from spaces._stack import LAYER_KINDS, StackFamily, StackGenome
 
 PARTS = ("onehot", "path", "wl")
 WL_ITERATIONS = 2  # for kind "wl"; "wlH" asks for H
+MEMO_SIZE = 20_000  # genomes whose features an encoder remembers (cleared when full)
 PATH_MAX_LENGTH = 4  # longer cell paths are counted by length only (5 ops: 780 features)
 
 
@@ -69,6 +70,7 @@ class GenomeEncoder(ABC):
         self.family = family
         self.parts = tuple(parts)
         self.wl_iterations = wl_iterations
+        self._memo: dict[str, np.ndarray] = {}  # genome key -> features
         self.names: tuple[str, ...] = tuple(self.features(self.example())[1])
 
     @abstractmethod
@@ -79,9 +81,15 @@ class GenomeEncoder(ABC):
     def features(self, canonical: Genome) -> Features: ...
 
     def __call__(self, genome: Genome) -> np.ndarray:
+        """The canonical form's features (a copy; remembered by ``genome.key``)."""
         self.family.check(genome)
-        values, _ = self.features(genome.canonical())
-        return values
+        values = self._memo.get(genome.key)
+        if values is None:
+            values, _ = self.features(genome.canonical())
+            if len(self._memo) >= MEMO_SIZE:
+                self._memo.clear()
+            self._memo[genome.key] = values
+        return values.copy()
 
 
 def _join(parts: list[Features]) -> Features:
@@ -132,7 +140,8 @@ class CellEncoder(GenomeEncoder):
             elif part == "path":
                 longest = n - 1
                 cap = min(PATH_MAX_LENGTH, longest)
-                out.append(path_features(self.dag(canonical), self.alphabet, cap, longest, "genome"))
+                dag = self.dag(canonical)
+                out.append(path_features(dag, self.alphabet, cap, longest, "genome"))
             else:
                 vocabulary = ("input", "output", *self.alphabet)
                 out.append(

@@ -31,6 +31,8 @@ from scipy.linalg import solve_triangular  # scipy: a dependency of scikit-learn
 _SCALES = (0.25, 0.5, 1.0, 2.0)
 _NOISES = (0.02, 0.1, 0.3)
 _JITTER = 1e-8
+_ARD_GROUPS = 8  # more groups than this: one length scale for all (the search grows costly)
+_RELEVANCE = (0.3, 3.0)  # factors tried on each group's relevance
 _ND = NormalDist()
 
 
@@ -72,20 +74,26 @@ def _distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 class GaussianProcess:
     """A fitted GP: Matérn 5/2 kernel of unit variance, constant mean, per-point noise."""
 
-    x: np.ndarray
+    x: np.ndarray  # training inputs, times ``weights``
     mean: float
     scale: float
+    weights: np.ndarray  # per input column: the relevance ARD found for its group (1: none)
     chol: np.ndarray  # of K + noise, K the kernel between training points
     alpha: np.ndarray  # (K + noise)^-1 (y - mean)
     resid: np.ndarray  # y - mean
 
     @classmethod
     def fit(
-        cls, x: np.ndarray, y: np.ndarray, extra_noise: np.ndarray | None = None
+        cls,
+        x: np.ndarray,
+        y: np.ndarray,
+        extra_noise: np.ndarray | None = None,
+        groups: list[np.ndarray] | None = None,
     ) -> GaussianProcess:
         """Fit to ``y`` at ``x`` (rows); ``extra_noise`` adds a variance per point on top of the
         fitted noise level (a less trusted point). Length scale and noise by marginal
-        likelihood over a grid."""
+        likelihood over a grid; then, with ``groups`` (column indices, e.g. one per space
+        dimension), one pass of coordinate search over each group's relevance (x0.3, x3)."""
         x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
         if x.ndim != 2 or len(x) != len(y) or len(y) == 0:
             raise ValueError(f"x, y: expected (n, d) and (n,), got {x.shape} and {y.shape}")
@@ -96,7 +104,7 @@ class GaussianProcess:
         median = float(np.median(positive)) if len(positive) else 1.0
         mean = float(y.mean())
         r = y - mean
-        best: tuple[float, np.ndarray] | None = None
+        best: tuple[float, float, np.ndarray] | None = None
         best_lml = -np.inf
         for s in _SCALES:
             k = _matern52(dist, s * median)
@@ -108,16 +116,37 @@ class GaussianProcess:
                 w = solve_triangular(chol, r, lower=True)
                 lml = -0.5 * float(w @ w) - float(np.log(np.diag(chol)).sum())
                 if lml > best_lml:
-                    best_lml, best = lml, (s * median, chol)
+                    best_lml, best = lml, (s * median, noise, chol)
         assert best is not None, "no kernel factorised"  # the largest noise always does
-        return cls(x=x, mean=mean, scale=best[0], chol=best[1], alpha=_solve(best[1], r),
-                   resid=r)
+        scale, noise, chol = best
+        weights = np.ones(x.shape[1])
+        if groups is not None and 1 < len(groups) <= _ARD_GROUPS:
+            parts = [_distances(x[:, g], x[:, g]) ** 2 for g in groups]
+            factors = np.ones(len(groups))
+            for i in range(len(groups)):
+                for f in _RELEVANCE:
+                    trial = factors.copy()
+                    trial[i] *= f
+                    d = np.sqrt(sum(t * t * p for t, p in zip(trial, parts, strict=True)))
+                    try:
+                        c = np.linalg.cholesky(
+                            _matern52(d, scale) + np.diag(noise + extra + _JITTER))
+                    except np.linalg.LinAlgError:
+                        continue
+                    w = solve_triangular(c, r, lower=True)
+                    lml = -0.5 * float(w @ w) - float(np.log(np.diag(c)).sum())
+                    if lml > best_lml:
+                        best_lml, factors, chol = lml, trial, c
+            for g, f in zip(groups, factors, strict=True):
+                weights[g] = f
+        return cls(x=x * weights, mean=mean, scale=scale, weights=weights, chol=chol,
+                   alpha=_solve(chol, r), resid=r)
 
     def with_points(self, x: np.ndarray, y: np.ndarray, noise: float = 0.02) -> GaussianProcess:
         """The same kernel conditioned on more points (the believer's fantasies)."""
         if len(x) == 0:
             return self
-        xs = np.vstack([self.x, x])
+        xs = np.vstack([self.x, np.asarray(x, dtype=float) * self.weights])
         k = _matern52(_distances(xs, xs), self.scale)
         n = len(self.x)
         # The old block's noise is recovered from its factor: K_old + D = L L^T.
@@ -126,12 +155,12 @@ class GaussianProcess:
         k[n:, n:] += np.eye(len(x)) * (noise + _JITTER)
         chol = np.linalg.cholesky(k)
         r = np.concatenate([self.resid, np.asarray(y, dtype=float) - self.mean])
-        return GaussianProcess(x=xs, mean=self.mean, scale=self.scale, chol=chol,
-                               alpha=_solve(chol, r), resid=r)
+        return GaussianProcess(x=xs, mean=self.mean, scale=self.scale, weights=self.weights,
+                               chol=chol, alpha=_solve(chol, r), resid=r)
 
     def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and standard deviation (of the latent function) at rows ``x``."""
-        ks = _matern52(_distances(np.asarray(x, dtype=float), self.x), self.scale)
+        ks = _matern52(_distances(np.asarray(x, dtype=float) * self.weights, self.x), self.scale)
         mean = self.mean + ks @ self.alpha
         v = solve_triangular(self.chol, ks.T, lower=True)
         var = np.maximum(1.0 - (v * v).sum(axis=0), 1e-12)

@@ -257,7 +257,7 @@ def test_report_of_a_topology_study_renders_every_figure(
     page = tmp_path / "report.html"
     code, out, err = run_cli("report", "nb-tpe-0", "--storage", storage, "-o", str(page))
     assert code == 0, out + err
-    assert out.startswith(f"wrote {page}: 6 figures\n")
+    assert out.startswith(f"wrote {page}: 7 figures\n")
     assert "not drawn" not in out
     assert ("note: Strategies compared: not compared (another objective, direction or dataset): "
             f"{OTHER_DATA} (dataset mnist1d), {EMPTY} (value, minimize)") in out
@@ -268,10 +268,10 @@ def test_report_of_a_topology_study_renders_every_figure(
     assert all("src=" not in attrs for attrs in re.findall(r"<script([^>]*)>", text))
     assert len(text) > 3_000_000  # plotly.js itself
     assert _panels(text) == dict.fromkeys(
-        ["history", "curves", "parallel", "importance", "genome", "compare"], "figure")
+        ["history", "curves", "parallel", "importance", "genome", "map", "compare"], "figure")
     assert "Best genome: trial" in text and "Strategies compared: 6 studies" in text
     shot = artifacts / "report-single-objective.png"
-    assert check_rendered(page, shot) == 6
+    assert check_rendered(page, shot) == 7
     with capsys.disabled():
         print(f"\nreport screenshot: {shot}")
 
@@ -283,9 +283,9 @@ def test_report_of_a_multi_objective_study_draws_the_pareto_front(
     assert code == 0, out + err
     text = page.read_text()
     assert _panels(text) == dict.fromkeys(
-        ["history", "curves", "parallel", "importance", "pareto", "genome"], "figure")
+        ["history", "curves", "parallel", "importance", "pareto", "genome", "map"], "figure")
     shot = artifacts / "report-multi-objective.png"
-    assert check_rendered(page, shot) == 6
+    assert check_rendered(page, shot) == 7
     with capsys.disabled():
         print(f"\nreport screenshot: {shot}")
 
@@ -301,6 +301,7 @@ def test_figures_that_cannot_be_drawn_leave_a_note(storage: str, tmp_path: Path)
     assert panels["importance"].startswith("parameter importances need at least 2 complete "
                                            "trials and 1 searched parameter")
     assert "not drawn: Parameter importances: parameter importances need" in out
+    assert panels["map"] == "a map needs at least 3 complete trials; this study has 1"
 
     code, out, err = run_cli("report", EMPTY, "--storage", storage, "-o", str(tmp_path / "e.html"),
                           "--no-compare")

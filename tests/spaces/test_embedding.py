@@ -64,26 +64,28 @@ def test_fixed_length_float64_for_every_family(family: GenomeFamily, seed: int, 
 def test_isomorphic_genomes_embed_identically(
     family: GenomeFamily, seed: int, perm_seed: int, kind: str
 ) -> None:
-    embed = SpaceEmbedding(_space(family), kind=kind)
     genome = family.sample(np.random.default_rng(seed))
     permute = _permuted_cell if isinstance(genome, CellGenome) else _permuted_macro
     copy = permute(genome, np.random.default_rng(perm_seed))  # type: ignore[arg-type]
     assert copy.key == genome.key
-    np.testing.assert_array_equal(embed(_params(family, copy)), embed(_params(family, genome)))
+    # two embeddings, so neither vector comes from the other's memo
+    one, two = (SpaceEmbedding(_space(family), kind=kind) for _ in range(2))
+    np.testing.assert_array_equal(one(_params(family, copy)), two(_params(family, genome)))
 
 
 @SETTINGS
 @given(families, seeds, kinds)
-def test_equal_keys_embed_equal_across_mutations(family: GenomeFamily, seed: int, kind: str) -> None:
+def test_equal_keys_embed_equal_across_mutations(
+    family: GenomeFamily, seed: int, kind: str
+) -> None:
     """Mutations of one parent: children with the parent's key (changes to dead parts) embed as
     the parent; the vector depends only on the key."""
-    embed = SpaceEmbedding(_space(family), kind=kind)
     rng = np.random.default_rng(seed)
     by_key: dict[str, np.ndarray] = {}
     parent = family.sample(rng)
     for _ in range(12):
         child = mutate(family, parent, rng) if rng.random() < 0.7 else family.sample(rng)
-        vec = embed.genome_vector(child)
+        vec = SpaceEmbedding(_space(family), kind=kind).genome_vector(child)  # a fresh memo
         if child.key in by_key:
             np.testing.assert_array_equal(by_key[child.key], vec)
         by_key[child.key] = vec
@@ -133,7 +135,12 @@ def test_scalars_map_to_unit_interval_and_one_hot_with_absent_marks() -> None:
     )
     embed = SpaceEmbedding(space)
     assert embed.names == (
-        "lr", "batch", "algorithm=sync", "algorithm=asgd", "send_every", "send_every:absent"
+        "lr",
+        "batch",
+        "algorithm=sync",
+        "algorithm=asgd",
+        "send_every",
+        "send_every:absent",
     )
     row = embed({"lr": 1e-2, "batch": 48, "algorithm": "asgd", "send_every": 3})
     np.testing.assert_allclose(row, [0.5, 0.5, 0.0, 1.0, 0.25, 0.0])
@@ -184,3 +191,11 @@ def test_reads_params_as_optuna_stores_them() -> None:
 def test_bad_input_is_one_clear_error(make: object, message: str) -> None:
     with pytest.raises((ValueError, TypeError), match=message):
         make()  # type: ignore[operator]
+
+
+def test_remembered_vectors_are_copies() -> None:
+    embed = SpaceEmbedding(_space(CellFamily()), kind="onehot")
+    genome = CellFamily().sample(np.random.default_rng(0))
+    first = embed.genome_vector(genome)
+    first[:] = -1.0
+    assert (embed.genome_vector(genome) >= 0).all()
