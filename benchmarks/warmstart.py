@@ -19,12 +19,13 @@ queries (which first scores all 15,625 cells with zero-cost proxies, a cost not 
 
 Every finished run is appended to ``PATH.runs.jsonl`` beside ``--json`` (one JSON line per run),
 so a long run can be resumed (``--resume`` skips runs already there) and strategies added later
-are summarised with the earlier ones. ``--quick``: 2 seeds, random and tpe, CIFAR-100.
+are summarised with the earlier ones (``--redo`` measures the named strategies again, e.g. after a
+strategy changed). ``--quick``: 2 seeds, random and tpe, CIFAR-100.
 
 Command::
 
     python benchmarks/warmstart.py [--quick] [--json PATH] [--seeds N] [--strategies S ...]
-                                   [--datasets D ...] [--workers N] [--resume [--summarise]]
+                                   [--datasets D ...] [--workers N] [--resume [--redo | --summarise]]
 """
 
 from __future__ import annotations
@@ -290,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--datasets", nargs="+", choices=[d for d in DATASETS if d != SOURCE_DATASET])
     p.add_argument("--workers", type=int, default=1, help="processes (default 1)")
     p.add_argument("--resume", action="store_true", help="skip runs already in PATH.runs.jsonl")
+    p.add_argument("--redo", action="store_true",
+                   help="with --resume: drop the runs of --strategies on --datasets first")
     p.add_argument("--summarise", action="store_true",
                    help="run nothing: the figures of the runs in PATH.runs.jsonl (with --resume)")
     args = p.parse_args(argv)
@@ -314,6 +317,10 @@ def main(argv: list[str] | None = None) -> int:
             log.unlink()
         else:
             done = [r for r in map(_record, log.read_text().splitlines()) if r is not None]
+    if args.redo and log is not None:  # measure these strategies and datasets again
+        done = [r for r in done if not (r["job"]["strategy"] in strategies
+                                        and r["job"]["dataset"] in datasets)]
+        log.write_text("".join(json.dumps(r) + "\n" for r in done))
     have = {Run(**r["job"]).key for r in done}
     runs = [Run(st, ds, seed, warm) for seed in range(max(map(seeds_for, strategies)))
             for st in strategies if seed < seeds_for(st)
