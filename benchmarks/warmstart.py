@@ -25,7 +25,8 @@ strategy changed). ``--quick``: 2 seeds, random and tpe, CIFAR-100.
 Command::
 
     python benchmarks/warmstart.py [--quick] [--json PATH] [--seeds N] [--strategies S ...]
-                                   [--datasets D ...] [--workers N] [--resume [--redo | --summarise]]
+                                   [--datasets D ...] [--workers N]
+                                   [--resume [--redo | --summarise]]
 """
 
 from __future__ import annotations
@@ -263,7 +264,8 @@ def run_all(runs: list[Run], workers: int, log: Path | None) -> list[dict[str, A
     out = []
     ctx = multiprocessing.get_context("spawn")
     started = time.perf_counter()
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=nb201._pool_init) as pool:  # noqa: SLF001
+    init = nb201._pool_init  # noqa: SLF001
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=init) as pool:
         futures = [pool.submit(run_one, r) for r in runs]
         for i, future in enumerate(as_completed(futures), start=1):
             rec = future.result()

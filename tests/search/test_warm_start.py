@@ -54,7 +54,8 @@ def _write(directory: Path, name: str, text: str) -> Path:
     return path
 
 
-def _make_source(url: str | optuna.storages.BaseStorage, name: str, values: list[float], *, seed: int = 0,
+def _make_source(url: str | optuna.storages.BaseStorage, name: str, values: list[float], *,
+                 seed: int = 0,
                  direction: str = "maximize", cells: list[dict[str, Any] | None] | None = None
                  ) -> list[dict[str, Any]]:
     """A finished study of distinct NB201 cells in ``url`` made with plain Optuna: trial i has
@@ -127,7 +128,8 @@ def test_study_file_names_sources_by_name_or_table() -> None:
     ({"warm_start": [{"study": "a", "storage": " "}]}, "strategy.warm_start[0].storage",
      "must not be empty"),
     ({"warm_start_top": 2}, "strategy.warm_start_top", "only with warm_start"),
-    ({"warm_start": ["a"], "warm_start_top": -1}, "strategy.warm_start_top", "greater than or equal to 0"),
+    ({"warm_start": ["a"], "warm_start_top": -1}, "strategy.warm_start_top",
+     "greater than or equal to 0"),
 ])
 def test_bad_warm_start_is_one_error_naming_the_field(
     strategy: dict[str, Any], where: str, expected: str
