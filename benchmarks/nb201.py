@@ -2,19 +2,20 @@
 evaluations, sequential and with 8 trials running at once, beside the published yardsticks.
 
 What is measured: every strategy in ``search._registry.STRATEGIES`` (random, tpe, gp, evolution,
-reinforce: whichever exist) searches the NAS-Bench-201 cell space (``[space.genome] family =
-"cell"``) through the real driver -- ``search.Driver`` on a ``distributed.Client`` (threads, one
-worker), Optuna in-memory storage -- with ``objective = "nb201:DATASET"``: each trial is answered
-by the table (``search._nb201.evaluate``) with the 200-epoch validation accuracy of *one* random
-training seed, as a real noisy run would be, and the driver's simulated clock advances by the
-table's training time. Sequential runs have ``concurrency = 1``; concurrent runs keep 8 trials
-running (asynchronous: a new trial is asked as soon as the earliest-finishing one is told, in
+reinforce, predictor: whichever exist) searches the NAS-Bench-201 cell space (``[space.genome]
+family = "cell"``) through the real driver -- ``search.Driver`` on a ``distributed.Client``
+(threads, one worker), Optuna in-memory storage -- with ``objective = "nb201:DATASET"``: each trial
+is answered by the table (``search._nb201.evaluate``) with the 200-epoch validation accuracy of
+*one* random training seed, as a real noisy run would be, and the driver's simulated clock advances
+by the table's training time. Sequential runs have ``concurrency = 1``; concurrent runs keep 8
+trials running (asynchronous: a new trial is asked as soon as the earliest-finishing one is told, in
 simulated time, and the sampler sees the 7 still running).
 
 Score of one run: the seed-averaged validation accuracy (``search._nb201.mean_accuracy``) of the
 incumbent -- the trial with the best *observed* value -- after 100 evaluations. Per strategy and
 mode: the mean over seeds (strategy seed = run index; the driver derives each trial's noise seed
-from it) and its standard error.
+from it) and its standard error. The same runs' incumbent after their first 50 told trials is
+reported beside it (``sequential_at_50``, ``concurrent_at_50`` and their standard errors).
 
 Yardsticks (CIFAR-10 validation, 100 evaluations): uniform random search 91.02 (exact expectation
 from the table, the incumbent picked by its seed-averaged accuracy; 91.00 when picked by one
@@ -65,13 +66,14 @@ from _common import machine, now_iso  # benchmarks/_common.py (the script direct
 EVALUATIONS = 100
 SEEDS = 100
 CONCURRENT = 8
-ORDER = ("random", "tpe", "gp", "evolution", "reinforce")  # table order; others follow
+ORDER = ("random", "tpe", "gp", "evolution", "reinforce", "predictor")  # table order; others follow
 # Seeds per strategy where 100 would take too long (the JSON records the true count): GP takes
 # ~0.3 s per trial (~30 s per run of 100 on one core, 10x the others).
-SLOW_SEEDS = {"gp": 24}
+SLOW_SEEDS = {"gp": 24, "predictor": 30}  # predictor: ~3x the others' CPU per run
 # Strategy options beyond name and seed (empty: the strategy's study-file defaults).
 OPTIONS: dict[str, dict[str, Any]] = {}
 TIME_POINTS = 120
+HALFWAY = 50  # also reported: the incumbent after this many told trials, from the same runs
 
 # CIFAR-10 yardsticks (validation, 100 evaluations) from the issue and the NAS-Bench-201 paper.
 PUBLISHED = {"REA (paper)": 91.19, "REINFORCE (paper)": 91.09}
@@ -147,7 +149,6 @@ def run_one(job: Job) -> dict[str, Any]:
     import optuna
 
     from search import Driver, open_study, parse_study
-    from search._nb201 import mean_accuracy
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sf = parse_study(study_dict(job))
@@ -157,6 +158,18 @@ def run_one(job: Job) -> dict[str, Any]:
         trials=job.evaluations, concurrency=job.concurrency, timeout=None
     )
     wall = time.perf_counter() - started
+    return {"job": job, **incumbent_curve(study, job.dataset), "failed": counts.failed,
+            "wall_s": wall}
+
+
+def incumbent_curve(study: Any, dataset: str) -> dict[str, Any]:
+    """The incumbent's seed-averaged accuracy after each evaluation (in the order trials were
+    told; the incumbent is the best *observed* value), the simulated clock at each, and the
+    number of distinct cells evaluated."""
+    import optuna
+
+    from search._nb201 import mean_accuracy
+
     done = [
         t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE
     ]
@@ -167,15 +180,12 @@ def run_one(job: Job) -> dict[str, Any]:
         if t.values[0] > best_value:
             best_value = t.values[0]
             # Scored from the table by the cell's architecture, not by what the trial reports.
-            best_mean = mean_accuracy(str(t.user_attrs["nb201_arch"]), job.dataset)
+            best_mean = mean_accuracy(str(t.user_attrs["nb201_arch"]), dataset)
         incumbent.append(best_mean)
         clock.append(float(t.user_attrs.get("sim_clock_s", np.nan)))
     return {
-        "job": job,
         "incumbent": incumbent,
         "clock": clock,
-        "failed": counts.failed,
-        "wall_s": wall,
         "distinct_cells": len({t.user_attrs.get("nb201_arch") for t in done}),
     }
 
@@ -195,7 +205,7 @@ def run_all(jobs: list[Job], workers: int) -> list[dict[str, Any]]:
     """Every job over a process pool, with a progress bar; the slowest strategies first."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    cost = {"gp": 0, "tpe": 1, "reinforce": 2, "evolution": 3, "random": 4}
+    cost = {"gp": 0, "predictor": 0, "tpe": 1, "reinforce": 2, "evolution": 3, "random": 4}
     jobs = sorted(jobs, key=lambda j: (cost.get(j.strategy, 2), j.dataset, j.seed))
     results = []
     ctx = multiprocessing.get_context("spawn")  # no fork after Dask's threads
@@ -255,6 +265,11 @@ def summarise(
                 final = [r["incumbent"][-1] for r in mine]
                 entry[mode] = float(np.mean(final))
                 entry[f"{mode}_stderr"] = _stderr(final)
+                # The same runs after their first HALFWAY told trials (the 50-evaluation score).
+                half = [r["incumbent"][HALFWAY - 1] for r in mine if len(r["incumbent"]) >= HALFWAY]
+                if evaluations > HALFWAY and len(half) == len(mine):
+                    entry[f"{mode}_at_{HALFWAY}"] = float(np.mean(half))
+                    entry[f"{mode}_at_{HALFWAY}_stderr"] = _stderr(half)
                 entry[f"{mode}_ms_per_trial"] = 1000 * float(
                     np.mean([r["wall_s"] / max(len(r["incumbent"]), 1) for r in mine])
                 )
@@ -358,6 +373,12 @@ def _concurrent_goal(ds: str, st: str) -> str:
     return f"{ds} {st}: concurrent >= sequential - {GOAL_CONCURRENT_DROP}"
 
 
+def _halfway(entry: dict[str, Any]) -> str:
+    """The incumbent after HALFWAY evaluations, sequential / concurrent ("-" when absent)."""
+    parts = [entry.get(f"{mode}_at_{HALFWAY}") for mode in ("sequential", "concurrent")]
+    return " / ".join("-" if v is None else f"{v:.2f}" for v in parts)
+
+
 def _met(goal: dict[str, Any] | None) -> str:
     if goal is None:
         return ""
@@ -384,6 +405,7 @@ def print_tables(table: dict[str, Any], ys: dict[str, Any], goals: dict[str, Any
             "± se",
             "concurrent (8)",
             "conc - seq",
+            f"at {HALFWAY}: seq / conc",
             "seq - random",
             "reference",
             "goal",
@@ -418,6 +440,7 @@ def print_tables(table: dict[str, Any], ys: dict[str, Any], goals: dict[str, Any
                 f"{e['concurrent_minus_sequential']:+.3f}"
                 if "concurrent_minus_sequential" in e
                 else "-",
+                _halfway(e),
                 f"{seq - y['random_expectation']:+.2f}" if seq is not None else "-",
                 ref,
                 goal,
@@ -428,6 +451,7 @@ def print_tables(table: dict[str, Any], ys: dict[str, Any], goals: dict[str, Any
                 "REA (paper)",
                 "",
                 f"{PUBLISHED['REA (paper)']:.2f}",
+                "",
                 "",
                 "",
                 "",
@@ -443,10 +467,13 @@ def print_tables(table: dict[str, Any], ys: dict[str, Any], goals: dict[str, Any
                 "",
                 "",
                 "",
+                "",
                 "published",
                 "",
             )
-            t.add_row("best possible", "", f"{y['best_possible']:.2f}", "", "", "", "", "table", "")
+            t.add_row(
+                "best possible", "", f"{y['best_possible']:.2f}", "", "", "", "", "", "table", ""
+            )
         console.print(t)
     if goals:
         g = Table(title=f"Goals (accuracy: {GOAL_DATASET}, sequential; asynchrony: every dataset)")

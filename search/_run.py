@@ -36,6 +36,7 @@ from search._study import (
 )
 from search._study_file import StudyFile, load_study_file
 from search._tables import best_table, objective_names
+from search._warm_start import Source, load_sources
 from training.contract import check_dataset_loads, redact, storage_file
 
 
@@ -72,6 +73,7 @@ class Plan:
     existing: optuna.Study | None
     finished: int = 0
     notes: list[str] = field(default_factory=list)
+    sources: list[Source] | None = None  # the warm start's earlier studies, read (never written)
 
 
 def plan_run(study_file: Path, *, storage: str | None, trials: int | None,
@@ -87,6 +89,8 @@ def plan_run(study_file: Path, *, storage: str | None, trials: int | None,
     plan = Plan(sf, url, trials or sf.budget.trials, concurrency or sf.budget.concurrency,
                 with_overrides(sf.cluster, **overrides), storage_obj, existing, notes=notes)
     plan.finished = 0 if existing is None else _finished_count(existing)
+    if sf.strategy.warm_start:  # an unknown source or one with nothing in common: now
+        plan.sources = load_sources(sf, storage=storage_obj, url=url)
     if sf.objective is None and plan.cluster.backend == "local":
         try:  # trials here load it here: find out now, not after five failed trials
             check_dataset_loads(sf.training.dataset, sf.launcher.env)
@@ -105,7 +109,9 @@ def validate(plan: Plan) -> list[str]:
     study = (f"resumes study {sf.name!r} in {where} ({plan.finished} of {plan.target} trials "
              "finished)" if plan.existing is not None else
              f"creates study {sf.name!r} in {where}")
-    return [*(f"note: {n}" for n in plan.notes),
+    warm = [f"note: warm start from {s.name} in {s.where}: {len(s.trials)} complete trials, "
+            f"shared dimensions: {', '.join(s.common)}" for s in plan.sources or []]
+    return [*(f"note: {n}" for n in plan.notes), *warm,
             f"ok: {sf.name}: {study}; {what_a_trial_is(sf)}; cluster {plan.cluster.backend}"]
 
 
@@ -115,7 +121,8 @@ def _started(plan: Plan) -> Iterator[tuple[ClusterHandle, optuna.Study]]:
     sf = plan.sf
     with open_cluster(plan.cluster, concurrency=plan.concurrency, max_ranks=sf.max_ranks,
                       launcher=sf.launcher.command, study_name=sf.name) as cluster:
-        study = open_study(sf, plan.storage or open_url(plan.url))
+        study = open_study(sf, plan.storage or open_url(plan.url), url=plan.url,
+                           sources=plan.sources)
         for number in recover_orphans(study, sf.budget.max_retries):
             reason = study.trials[number].user_attrs.get("exit_reason", "its driver died")
             out.print(f"trial {number} failed: {escape(str(reason))}", highlight=False)

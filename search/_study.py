@@ -12,6 +12,7 @@ import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
+from search import _warm_start as warm_start
 from search._errors import StudyError
 from search._promotion import LINEAGE_ATTR, RESUME_OF_ATTR
 from search._registry import build_sampler, pruner_spec
@@ -122,8 +123,20 @@ def _stored_form(sf: StudyFile) -> dict[str, Any]:
     return json.loads(sf.model_dump_json()) | {"storage": None}
 
 
-def open_study(sf: StudyFile, storage: BaseStorage) -> optuna.Study:
-    """Create the study, or load it if it exists with the same objectives (resume)."""
+def open_study(
+    sf: StudyFile,
+    storage: BaseStorage,
+    *,
+    url: str = "",
+    sources: list[warm_start.Source] | None = None,
+) -> optuna.Study:
+    """Create the study, or load it if it exists with the same objectives (resume).
+
+    With ``[strategy] warm_start``: the sources (``sources``, else read now from ``storage`` and
+    their own URLs; ``url`` names ``storage`` in messages) start the study once
+    (:mod:`search._warm_start`)."""
+    if sf.strategy.warm_start and sources is None:  # read before anything is written
+        sources = warm_start.load_sources(sf, storage=storage, url=url)
     try:
         existing = optuna.load_study(study_name=sf.name, storage=storage)
     except KeyError:
@@ -171,6 +184,8 @@ def open_study(sf: StudyFile, storage: BaseStorage) -> optuna.Study:
                             "changes": notes})
             study.set_user_attr(CHANGES_ATTR, history)
             study.set_user_attr(STUDY_ATTR, _stored_form(sf))
+    if sources:
+        warm_start.apply(study, sf, sources)
     return study
 
 

@@ -16,11 +16,13 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
     ValidationInfo,
     ValidatorFunctionWrapHandler,
+    field_serializer,
     field_validator,
     model_validator,
 )
@@ -51,7 +53,7 @@ from search._space_table import (
     salvage,
     to_dimension,
 )
-from training.contract import DEFAULT_LAUNCHER, METRICS, TrainConfig
+from training.contract import DEFAULT_LAUNCHER, METRICS, TrainConfig, redact
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
@@ -84,13 +86,78 @@ def _one_of(registry: Mapping[str, object], kind: str) -> AfterValidator:
     return AfterValidator(check)
 
 
+class WarmSource(_Strict):
+    """An earlier study a warm start reads (never writes): by name, in this study's storage or in
+    another one (``storage``: a journal file, ``sqlite:///``, ``postgresql://`` ...)."""
+
+    study: str
+    storage: str | None = None
+
+    @field_validator("study")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError(f"{v!r} is not a study name (letters, digits, '_', '-', '.')")
+        return v
+
+    @field_validator("storage")
+    @classmethod
+    def _storage(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("must not be empty: a journal file, sqlite:///FILE or a database URL")
+        return v
+
+    @field_serializer("storage")
+    def _redacted(self, v: str | None) -> str | None:
+        return None if v is None else redact(v)  # the stored study form holds no password
+
+
+def _warm_sources(v: Any) -> Any:
+    """``warm_start``: a list of study names or ``{ study = "NAME", storage = "URL" }`` tables."""
+    if v is None:
+        return v
+    if not isinstance(v, list):
+        raise StudyError("strategy.warm_start", 'expected a list of earlier studies, e.g. '
+                         '["nb201-c10"] or [{ study = "NAME", storage = "URL" }]')
+    out, problems = [], []
+    for i, entry in enumerate(v):
+        where = f"strategy.warm_start[{i}]"
+        if isinstance(entry, str):
+            entry = {"study": entry}
+        if not isinstance(entry, dict):
+            problems.append(StudyError(where, f"expected a study name or a table "
+                                       f'{{ study = "NAME", storage = "URL" }}, got {entry!r}'))
+            continue
+        try:
+            out.append(WarmSource.model_validate(entry))
+        except ValidationError as exc:
+            problems += [StudyError(".".join([where, *map(str, e["loc"])]), pydantic_message(e))
+                         for e in exc.errors()]
+    seen: set[tuple[str, str | None]] = set()
+    for i, src in enumerate(out):
+        if (src.study, src.storage) in seen:
+            problems.append(StudyError(f"strategy.warm_start[{i}]",
+                                       f"study {src.study!r} is named twice"))
+        seen.add((src.study, src.storage))
+    if problems:
+        raise StudyError.many(problems)
+    return out
+
+
+# Options every strategy reads (beside name and seed): the warm start.
+_COMMON_OPTIONS = {"name", "seed", "warm_start", "warm_start_top"}
+DEFAULT_WARM_START_TOP = 5
+
+
 class Strategy(_Strict):
     """The sampler. Each strategy reads only its own options (left out: its tuned default, see
     ``STRATEGY_OPTIONS``); any other key is an error."""
 
     name: Annotated[str, _one_of(STRATEGIES, "strategy")] = "tpe"
     seed: int | None = None
-    startup_trials: int | None = Field(None, ge=0, description="tpe/gp: random trials first")
+    startup_trials: int | None = Field(
+        None, ge=0, description="tpe/gp/predictor: random trials first"
+    )
     ei_candidates: int | None = Field(None, ge=1, description="tpe: candidates scored per ask")
     constant_liar: bool | None = Field(
         None, description="tpe: running trials count as bad results (Optuna's constant liar)"
@@ -122,6 +189,24 @@ class Strategy(_Strict):
     importance_weights: bool | None = Field(
         None, description="reinforce: weight a late result by pi_now / pi_then of its draw"
     )
+    candidates: int | None = Field(None, ge=1, description="predictor: candidates scored per ask")
+    parents: int | None = Field(
+        None, ge=1, description="predictor: best-predicted known candidates mutated"
+    )
+    acquisition: Literal["ei", "ucb", "thompson"] | None = Field(
+        None, description="predictor: expected improvement, mean + beta * std, or a posterior draw"
+    )
+    beta: float | None = Field(None, ge=0, description="predictor: ucb's weight on std")
+    embedding: str | None = Field(
+        None, description="predictor: spaces.SpaceEmbedding kind, e.g. 'path+wl', 'onehot+wl1'"
+    )
+    warm_start: Annotated[list[WarmSource] | None, BeforeValidator(_warm_sources)] = Field(
+        None, description="earlier studies whose best candidates run first (search/_warm_start.py)"
+    )
+    warm_start_top: int | None = Field(
+        None, ge=0, description=f"warm start: best transferred candidates enqueued first "
+        f"({DEFAULT_WARM_START_TOP}; 0: none, the predictor still learns from the sources)"
+    )
 
     @model_validator(mode="after")
     def _own_options(self) -> Strategy:
@@ -132,8 +217,10 @@ class Strategy(_Strict):
                 f"not an option of the {self.name!r} strategy "
                 f"(its options: {words(sorted(allowed)) or 'none'})",
             )
-            for key in sorted(self.model_fields_set - {"name", "seed"} - allowed)
+            for key in sorted(self.model_fields_set - _COMMON_OPTIONS - allowed)
         ]
+        if self.warm_start_top is not None and not self.warm_start:
+            problems.append(StudyError("strategy.warm_start_top", "only with warm_start"))
         if self.tournament is not None and self.tournament > (
             self.population or STRATEGY_OPTIONS[self.name].get("population") or self.tournament
         ):
@@ -458,6 +545,7 @@ class StudyFile(_Strict):
                 problems.append(StudyError(
                     "checkpoints", "only trials that train ([training]) write checkpoints"
                 ))
+        problems += self._warm_start_problems()
         genome_ok = True
         if self.space_genome is not None:
             try:
@@ -475,6 +563,22 @@ class StudyFile(_Strict):
         if problems:
             raise StudyError.many(problems)
         return self
+
+    def _warm_start_problems(self) -> list[StudyError]:
+        """What a warm start's sources can be told wrong without opening a storage."""
+        problems = []
+        for i, src in enumerate(self.strategy.warm_start or []):
+            if src.study == self.name and src.storage in (None, self.storage):
+                problems.append(StudyError(
+                    f"strategy.warm_start[{i}]",
+                    f"{src.study!r} is this study itself: name an earlier study",
+                ))
+        if self.strategy.warm_start and len(self.objectives) > 1:
+            problems.append(StudyError(
+                "strategy.warm_start", "needs a single-objective study (sources are ranked by "
+                "their one metric)",
+            ))
+        return problems
 
     def _genome_family(self) -> spaces.GenomeFamily:
         table = dict(self.space_genome or {})

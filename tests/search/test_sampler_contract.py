@@ -26,7 +26,7 @@ import spaces
 from search._registry import STRATEGIES, build_sampler
 from search._samplers import candidate_key
 
-SINGLE_ONLY = ("evolution", "reinforce")
+SINGLE_ONLY = ("evolution", "reinforce", "predictor")
 CELL = spaces.Space({"genome": spaces.CellFamily()})
 FLAT = spaces.Space({"lr": spaces.Float(low=1e-4, high=1.0, log=True), "k": spaces.Int(low=1, high=8),
                      "act": spaces.Categorical(("relu", "tanh"))})
@@ -34,7 +34,7 @@ SPACES = [pytest.param(CELL, id="cell"), pytest.param(FLAT, id="flat", marks=pyt
 # Small populations so that parents, not the random start, make the children within a test.
 SMALL = {"evolution": {"population": 4, "tournament": 2}, "nsga2": {"population": 4},
          "tpe": {"startup_trials": 3}, "gp": {"startup_trials": 3},
-         "reinforce": {}, "random": {}}
+         "reinforce": {}, "random": {}, "predictor": {"startup_trials": 3}}
 
 
 def _factory(
@@ -122,7 +122,7 @@ def test_a_study_resumed_after_its_space_was_edited_goes_on(name: str, edit: str
                     assert dim.low <= value <= dim.high
 
 
-@pytest.mark.parametrize("name", ("evolution", "reinforce", "nsga2"))
+@pytest.mark.parametrize("name", ("evolution", "reinforce", "nsga2", "predictor"))
 def test_reseed_rng_changes_what_is_proposed(name: str) -> None:
     """Same seed, same history: the proposals agree; after ``reseed_rng`` they do not."""
     def proposals(reseed: bool) -> list[dict[str, Any]]:

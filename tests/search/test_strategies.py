@@ -367,7 +367,7 @@ def test_greedy_evolution_with_a_tournament_size_is_a_one_line_error() -> None:
         parse_study({"name": "x", "strategy": {"name": "evolution", "selection": "best"}})
 
 
-@pytest.mark.parametrize("name", ["evolution", "reinforce"])
+@pytest.mark.parametrize("name", ["evolution", "reinforce", "predictor"])
 def test_single_objective_strategies_refuse_two_objectives(name: str) -> None:
     with pytest.raises(StudyError, match=rf"^strategy: '{name}' optimises one objective") as err:
         build_sampler(name, {}, 0, SPACE, ["maximize", "minimize"])
