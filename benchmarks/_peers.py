@@ -202,7 +202,8 @@ class Peer:
     dist: str  # the PyPI name (and what `[peers]` installs)
     run: Callable[[NoisyCell, int, int, dict[str, Any]], None]
     options: dict[str, Any] = field(default_factory=dict)
-    budget_aware: bool = False  # reads the budget (so 50 and 100 evaluations are separate runs)
+    budget_aware: bool = False  # reads the budget: its figure at 50 comes from a 100-run
+    install: str = INSTALL_HINT  # what to run when it is missing
     expensive: bool = False  # >= 30 seeds instead of >= 100
 
 
@@ -216,14 +217,18 @@ PEERS: dict[str, Peer] = {
     "synetune-re-20": Peer("Syne Tune RegularizedEvolution, population 20, sample 5 (sized for "
                            "100 evaluations; not its default)", ("syne_tune",), "syne-tune",
                            _syne_tune("re"), {"population_size": 20, "sample_size": 5}),
-    "synetune-bore": Peer("Syne Tune BORE, defaults", ("syne_tune",), "syne-tune",
-                          _syne_tune("bore")),
+    "synetune-bore": Peer("Syne Tune BORE, defaults (XGBoost classifier)", ("syne_tune",),
+                          "syne-tune", _syne_tune("bore"), expensive=True),
     "synetune-kde": Peer("Syne Tune KDE, defaults", ("syne_tune",), "syne-tune",
                          _syne_tune("kde")),
-    "smac-hpo": Peer("SMAC3 HyperparameterOptimizationFacade, defaults (random forest)",
+    "smac-hpo": Peer("SMAC3 HyperparameterOptimizationFacade, defaults (random forest; its "
+                     "initial design is sized from n_trials = 100)",
                      ("smac", "ConfigSpace"), "smac", _smac_hpo, budget_aware=True,
                      expensive=True),
-    "hebo": Peer("HEBO, defaults", ("hebo",), "hebo", _hebo, expensive=True),
+    "hebo": Peer("HEBO 0.3.6, defaults (installed with --no-deps: its pins conflict with ours)",
+                 ("hebo.optimizers.hebo",), "hebo", _hebo, expensive=True,
+                 install="pip install --no-deps hebo==0.3.6 disjoint-set (hebo pins "
+                 "numpy<1.25 and pymoo==0.6.0; it runs with numpy 2 and pymoo 0.6.2)"),
 }
 
 
@@ -235,7 +240,7 @@ def missing(name: str) -> str | None:
         try:
             importlib.import_module(module)
         except Exception as exc:  # noqa: BLE001 -- any import failure is reported, not raised
-            return f"{type(exc).__name__}: {exc} ({INSTALL_HINT})"
+            return f"{type(exc).__name__}: {exc} ({peer.install})"
     return None
 
 
