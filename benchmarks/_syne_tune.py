@@ -16,7 +16,8 @@ from _peers import EDGE_NAMES, NoisyCell, from_config  # benchmarks/_peers.py
 from spaces import NB201_OPS
 
 METRIC = "val_accuracy"
-SCHEDULERS = {"re": "REA", "bore": "BORE", "kde": "TPE"}  # our label -> syne_tune.optimizer.baselines
+# our label -> the class in syne_tune.optimizer.baselines ("TPE" is Syne Tune's KDE searcher)
+SCHEDULERS = {"re": "REA", "bore": "BORE", "kde": "TPE"}
 
 
 def ask_tell_loop(

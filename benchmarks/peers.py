@@ -168,12 +168,13 @@ def summarise(runs: list[dict[str, Any]], datasets: list[str], optimizers: list[
 
 
 def compare(table: dict[str, Any]) -> dict[str, Any]:
-    """Per dataset and budget: our best strategy minus the best peer (by mean)."""
+    """Per dataset and budget: our best strategy minus the best peer (by mean), among those
+    with at least two seeds (a standard error)."""
     out: dict[str, Any] = {}
     for ds, rows in table.items():
         out[ds] = {}
         for b in map(str, BUDGETS):
-            ran = {o: e[b] for o, e in rows.items() if b in e}
+            ran = {o: e[b] for o, e in rows.items() if b in e and np.isfinite(e[b]["stderr"])}
             ours = {o: v for o, v in ran.items() if rows[o]["kind"] == "ours"}
             peers = {o: v for o, v in ran.items() if rows[o]["kind"] == "peer"}
             if not ours or not peers:
@@ -216,18 +217,20 @@ def print_tables(table: dict[str, Any], comparison: dict[str, Any], ys: dict[str
                 cells.append(f"{e[b]['mean']:.2f} ± {e[b]['stderr']:.2f}" if b in e else "-")
             seeds = e.get(str(max(BUDGETS)), e.get(str(min(BUDGETS)), {})).get("seeds", 0)
             note = e.get("reason", "") if e["status"] != "ran" else ""
+            note = "; ".join(filter(None, [note, e.get("note", "")]))
             t.add_row(opt, e["kind"], *cells, str(seeds),
                       f"{e['seconds_per_run']:.1f}" if "seconds_per_run" in e else "-",
                       f"{e['load1']:.1f}" if "load1" in e else "-",
                       f"{e['distinct_cells']:.0f}" if "distinct_cells" in e else "-",
-                      f"{e['status']}: {note}" if note else "")
+                      f"{e['status']}: {note}" if note and e["status"] != "ran" else note)
         console.print(t)
     c = Table(title="Our best strategy minus the best peer")
     for col in ("dataset", "evaluations", "ours", "best peer", "ours - peer", ""):
         c.add_column(col, justify="left" if col in ("dataset", "ours", "best peer") else "right")
     for ds, by_budget in comparison.items():
         for b, x in by_budget.items():
-            c.add_row(ds, b, f"{x['ours']} {x['ours_mean']:.2f}", f"{x['peer']} {x['peer_mean']:.2f}",
+            c.add_row(ds, b, f"{x['ours']} {x['ours_mean']:.2f}",
+                      f"{x['peer']} {x['peer_mean']:.2f}",
                       f"{x['difference']:+.2f} ± {x['stderr']:.2f}",
                       "[green]ahead[/]" if x["ahead"] else "[red]behind[/]")
     console.print(c)
@@ -253,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--datasets", nargs="+", choices=DATASETS)
     p.add_argument("--workers", type=int, default=1, help="processes (default 1)")
     p.add_argument("--max-minutes", type=float, help="submit no run after this many minutes")
+    p.add_argument("--note", nargs="+", default=[], metavar="OPT=TEXT",
+                   help="a measured remark kept with an optimizer's figures (e.g. why it has none)")
     args = p.parse_args(argv)
 
     expensive = {n for n, peer in _peers.PEERS.items() if peer.expensive}
@@ -296,6 +301,10 @@ def main(argv: list[str] | None = None) -> int:
     optimizers += [o for o in dict.fromkeys(r["optimizer"] for r in runs) if o not in optimizers]
     datasets = [d for d in DATASETS if d in datasets or any(r["dataset"] == d for r in runs)]
     table = summarise(runs, datasets, optimizers, unavailable)
+    for opt, _, text in (x.partition("=") for x in args.note):
+        for rows in table.values():
+            if opt in rows:
+                rows[opt]["note"] = text
     comparison = compare(table)
     ys = yardsticks(datasets)
     print(f"{len(jobs)} runs in {total / 60:.1f} min on {args.workers} process(es)")
