@@ -324,7 +324,9 @@ def main(argv: list[str] | None = None) -> int:
                 "best observed value; score = the table's seed mean of the incumbent; one run of "
                 "100 evaluations gives both budgets",
                 "ours": "benchmarks/nb201.py run_one: search.Driver, concurrency 1",
-                "total_wall_s": total,
+                "total_wall_s": total,  # this invocation
+                "runs": len(runs),  # with --resume: also those of earlier invocations
+                "run_seconds_total": float(sum(r["wall_s"] for r in runs)),
                 "install": _peers.INSTALL_HINT,
             },
             "yardsticks": ys,
