@@ -171,6 +171,7 @@ def _predictor(
         acquisition=options["acquisition"],
         beta=options["beta"],
         embedding=options["embedding"],
+        window=options["window"] or None,
         seed=seed,
     )
 
@@ -213,6 +214,7 @@ STRATEGY_OPTIONS: dict[str, dict[str, Any]] = {
         # spaces.SpaceEmbedding kind: BANANAS path counts + 2 rounds of WL subtree counts (the
         # kind measured on NAS-Bench-201 with this GP; the embedding's own default may differ)
         "embedding": "path+wl",
+        "window": 200,  # complete trials the GP is fitted on (best tenth + most recent; 0: all)
     },
 }
 

@@ -47,8 +47,10 @@ from search._samplers._base import (
 )
 from search._samplers._evolution import mutate_params
 from search._samplers._surrogate import ACQUISITIONS, GaussianProcess, normal_scores, probit
+from search._samplers._window import Window
 
 _RANDOM_SHARE = 0.1  # of the candidates: uniform draws; the rest children of the parents
+_MIN_WINDOW = 20  # the window holds its best tenth, the most recent trials, a few running ones
 _BELIEVER_NOISE = 0.02  # noise variance of a running trial's fantasised result
 _PRIOR_MAX = 300  # source points kept: the best half of them, the rest spread over the ranks
 _PRIOR_NOISE = 0.1  # extra noise variance of a source point at the start ...
@@ -85,9 +87,14 @@ class PredictorSampler(ProposalSampler):
         acquisition: str = "ei",
         beta: float = 1.0,
         embedding: str = "path+wl",
+        window: int | None = 200,
         seed: int | None = None,
     ) -> None:
         super().__init__(space=space, seed=seed)
+        if window is not None and window < _MIN_WINDOW:
+            raise ValueError(
+                f"window: must be >= {_MIN_WINDOW} (or 0 for every trial), got {window}"
+            )
         if startup_trials < 1:
             raise ValueError(f"startup_trials: must be >= 1, got {startup_trials}")
         if candidates < 1:
@@ -116,11 +123,17 @@ class PredictorSampler(ProposalSampler):
         self._beta = beta
         self._scalars = scalar_distributions(space)
         self._vectors: dict[tuple[int, int], tuple[int, np.ndarray]] = {}
+        self._trial_keys: dict[tuple[int, int], tuple[int, tuple[Any, ...] | None]] = {}
         self._by_key: dict[tuple[Any, ...] | None, np.ndarray] = {}
         self._pools: dict[tuple[Any, ...] | None, list[_Known]] = {}
         # the warm-start points (key, params), their vectors and normal scores; a model of them
         self._prior: _Prior | None = None
         self._prior_model: GaussianProcess | None = None
+        # The GP is cubic in its points: fitted on a window (search._samplers._window) of the
+        # best tenth of all complete trials + the most recent, believing at most window/10
+        # running trials (the most recently started); None fits every trial.
+        self._window = window
+        self._windows: dict[int, Window] = {}  # study id -> its window
 
     # -- warm start --------------------------------------------------------------------------
 
@@ -162,6 +175,12 @@ class PredictorSampler(ProposalSampler):
     def propose(self, study: Study, trial: FrozenTrial, rng: np.random.Generator) -> dict[str, Any]:
         seen = self.seen_keys(study, exclude=trial._trial_id)  # noqa: SLF001 (caches the keys)
         done = [t for t in complete_in_order(study) if self._trial_key(study, t) is not None]
+        if self._window and len(done) > self._window:
+            kept = self._windows.setdefault(study._study_id, Window())  # noqa: SLF001
+            done = kept.pick(
+                study, sorted(done, key=lambda t: t.number), size=self._window,
+                best=self._window // 10,
+            )
         prior = self._prior
         if len(done) < self._startup and prior is None:
             return self.random_unique(rng, seen)
@@ -204,6 +223,8 @@ class PredictorSampler(ProposalSampler):
             if t._trial_id != trial._trial_id  # noqa: SLF001
             and self._trial_key(study, t) is not None
         ]
+        if self._window:
+            pending = pending[-(self._window // 10):]
         if pending:  # kriging believer: a running trial's result is what the model expects
             xp = np.array([self._vector(study, t) for t in pending])
             gp = gp.with_points(xp, gp.predict(xp)[0], _BELIEVER_NOISE)
@@ -293,11 +314,17 @@ class PredictorSampler(ProposalSampler):
         return candidate_key(self._space, params)
 
     def _trial_key(self, study: Study, t: FrozenTrial) -> tuple[Any, ...] | None:
-        """A trial's candidate key, from the cache :meth:`seen_keys` fills."""
-        hit = self._keys.get((study._study_id, t._trial_id))  # noqa: SLF001
+        """A trial's candidate key, cached per trial with its parameter count (parameters only
+        grow, never change)."""
+        where = (study._study_id, t._trial_id)  # noqa: SLF001
+        hit = self._trial_keys.get(where)
         if hit is not None and hit[0] == len(t.params):
             return hit[1]
-        return self._key(t.params)
+        key = self._key(t.params)
+        if len(self._trial_keys) > _CACHE:
+            self._trial_keys.clear()
+        self._trial_keys[where] = (len(t.params), key)
+        return key
 
     def _vector(self, study: Study, t: FrozenTrial) -> np.ndarray:
         """A trial's embedding, cached per trial (parameters only grow, never change). A

@@ -193,3 +193,35 @@ def test_bad_options_are_one_line_errors(options: dict[str, Any], message: str) 
 def test_quantiles_are_ranks_higher_is_better_ties_shared() -> None:
     np.testing.assert_allclose(quantiles(np.array([3.0, 1.0, 2.0, 2.0])),
                                [0.875, 0.125, 0.5, 0.5])
+
+
+@pytest.mark.parametrize(("window", "fitted", "believed"), [(20, 20, 2), (0, 40, 6)])
+def test_the_window_bounds_what_the_gp_is_fitted_on(
+    monkeypatch: pytest.MonkeyPatch, window: int, fitted: int, believed: int
+) -> None:
+    """Cubic in its points, the GP is fitted on a window (best tenth + most recent) and believes
+    at most window/10 running trials; ``window = 0`` fits every trial."""
+    study = _study(3, CELL, window=window)
+    _run(study, 40, CELL, _convs)
+    for _ in range(6):
+        CELL.suggest(study.ask())
+    sizes: dict[str, int] = {}
+    fit, with_points = GaussianProcess.fit, GaussianProcess.with_points
+
+    def spy_fit(x: np.ndarray, *args: Any, **kwargs: Any) -> GaussianProcess:
+        sizes["fit"] = len(x)
+        return fit(x, *args, **kwargs)
+
+    def spy_points(self: GaussianProcess, xp: np.ndarray, *args: Any) -> GaussianProcess:
+        sizes["believed"] = len(xp)
+        return with_points(self, xp, *args)
+
+    monkeypatch.setattr(GaussianProcess, "fit", staticmethod(spy_fit))
+    monkeypatch.setattr(GaussianProcess, "with_points", spy_points)
+    CELL.suggest(study.ask())
+    assert sizes == {"fit": fitted, "believed": believed}
+
+
+def test_window_below_its_minimum_is_a_one_line_error() -> None:
+    with pytest.raises(StudyError, match=r"^strategy\.window: must be >= 20"):
+        build_sampler("predictor", {"window": 5}, 0, SPACE, ["maximize"])
