@@ -214,7 +214,7 @@ STRATEGY_OPTIONS: dict[str, dict[str, Any]] = {
         # spaces.SpaceEmbedding kind: BANANAS path counts + 2 rounds of WL subtree counts (the
         # kind measured on NAS-Bench-201 with this GP; the embedding's own default may differ)
         "embedding": "path+wl",
-        "window": 200,  # complete trials the GP is fitted on (best tenth + most recent; 0: all)
+        "window": 100,  # complete trials the GP is fitted on (best tenth + most recent; 0: all)
     },
 }
 

@@ -87,7 +87,7 @@ class PredictorSampler(ProposalSampler):
         acquisition: str = "ei",
         beta: float = 1.0,
         embedding: str = "path+wl",
-        window: int | None = 200,
+        window: int | None = 100,
         seed: int | None = None,
     ) -> None:
         super().__init__(space=space, seed=seed)
