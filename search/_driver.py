@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from distributed import Client, Future, wait
+from distributed import Client, Future
 from optuna.trial import TrialState
 
 from search._backend import run_trial_on_worker
@@ -35,13 +35,13 @@ from search._cluster_watch import ClusterFailed
 from search._objectives import is_benchmark, run_function_trial
 from search._promotion import PAUSED_ATTR, RESUME_OF_ATTR
 from search._registry import pruner_spec
-from search._simclock import EventQueue, SimClock, default_clock
 from search._segments import (
     artifact_directory,
     beside_storage,
     continue_curve,
     queue_promotion,
 )
+from search._simclock import EventQueue, SimClock, default_clock
 from search._study import (
     DRIVER_ATTR,
     HEARTBEAT_S,

@@ -163,7 +163,9 @@ class Strategy(_Strict):
         None, description="tpe: running trials count as bad results (Optuna's constant liar)"
     )
     window: int | None = Field(
-        None, ge=0, description="tpe/gp/predictor: trials the model is fitted on (best + most recent; 0: all)"
+        None,
+        ge=0,
+        description="tpe/gp/predictor: trials the model is fitted on (best + most recent; 0: all)",
     )
     population: int | None = Field(None, ge=2, description="evolution/nsga2: population size")
     selection: Literal["greedy", "tournament"] | None = Field(
