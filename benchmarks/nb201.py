@@ -69,7 +69,7 @@ CONCURRENT = 8
 ORDER = ("random", "tpe", "gp", "evolution", "reinforce", "predictor")  # table order; others follow
 # Seeds per strategy where 100 would take too long (the JSON records the true count): GP takes
 # ~0.3 s per trial (~30 s per run of 100 on one core, 10x the others).
-SLOW_SEEDS = {"gp": 24, "predictor": 30}  # predictor: ~3x the others' CPU per run
+SLOW_SEEDS = {"gp": 24}
 # Strategy options beyond name and seed (empty: the strategy's study-file defaults).
 OPTIONS: dict[str, dict[str, Any]] = {}
 TIME_POINTS = 120
