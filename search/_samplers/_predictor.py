@@ -42,6 +42,7 @@ from search._samplers._base import (
     scalar_distributions,
     sign,
     trial_seed,
+    trials_of_this_ask,
     uniform_choice,
     with_genome,
 )
@@ -219,7 +220,7 @@ class PredictorSampler(ProposalSampler):
         gp = GaussianProcess.fit(x, np.concatenate(ys), np.concatenate(noise), self._groups)
         means = gp.predict(x)[0]
         pending = [
-            t for t in study.get_trials(deepcopy=False, states=_PENDING)
+            t for t in trials_of_this_ask(study, _PENDING)
             if t._trial_id != trial._trial_id  # noqa: SLF001
             and self._trial_key(study, t) is not None
         ]
