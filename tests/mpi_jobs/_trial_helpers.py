@@ -5,6 +5,17 @@ from __future__ import annotations
 from training import Dataset, load_dataset
 
 
+def _claim(path: str) -> bool:
+    """True for exactly one caller per path, however many jobs race for it (O_EXCL)."""
+    import os
+
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
 def digits_failing_on_two_ranks(val_fraction: float) -> Dataset:
     """Digits, except that rank 1 of a 2-rank job raises: a user error on a non-root rank."""
     from mpi4py import MPI
@@ -37,22 +48,22 @@ def digits_failing_on_three_ranks(val_fraction: float) -> Dataset:
 
 
 def digits_rank1_dies_once(val_fraction: float) -> Dataset:
-    """Rank 1 of the first job to get here dies hard 1 s into training; later jobs train.
+    """Rank 1 of the first job to get here dies hard once both ranks are in; later jobs train.
 
     The job's [launcher] env names a directory (DETOL_FAULT_DIR) that remembers the first job.
+    Rank 1 dies at once rather than on a timer: a timer lost the race to a fast machine, where
+    three epochs of digits end before it fires and the job completes.
     """
     import os
-    import threading
 
     from mpi4py import MPI
 
     marker = os.path.join(os.environ["DETOL_FAULT_DIR"], "rank-died")
     comm = MPI.COMM_WORLD
-    first = comm.bcast(not os.path.exists(marker) if comm.rank == 0 else None)
+    first = comm.bcast(_claim(marker) if comm.rank == 0 else None)
     comm.Barrier()
     if first and comm.rank == 1:
-        open(marker, "w").close()
-        threading.Timer(1.0, os._exit, (9,)).start()
+        os._exit(9)  # rank 0 goes on and waits for it in the first collective
     return load_dataset("digits", val_fraction)
 
 
@@ -66,9 +77,7 @@ def digits_slow_once(val_fraction: float) -> Dataset:
 
     marker = os.path.join(os.environ["DETOL_FAULT_DIR"], "slow-job")
     comm = MPI.COMM_WORLD
-    first = comm.bcast(not os.path.exists(marker) if comm.rank == 0 else None)
+    first = comm.bcast(_claim(marker) if comm.rank == 0 else None)
     if first:
-        if comm.rank == 0:
-            open(marker, "w").close()
         time.sleep(120)
     return load_dataset("digits", val_fraction)

@@ -61,6 +61,25 @@ def _start(study: Path, storage: str, cwd: Path) -> subprocess.Popen[str]:
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
+def _finish(
+    proc: subprocess.Popen[str], storage: str, timeout: float, name: str = "faults"
+) -> tuple[str, str]:
+    """The driver's output once it exits; past ``timeout`` it is killed (with its cluster) and
+    the test fails with what it printed and the trials' states, not a bare TimeoutExpired."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=30)
+        try:
+            states = [(t.number, t.state.name, t.user_attrs.get("exit_reason"))
+                      for t in _trials(storage, name)]
+        except Exception as exc:  # noqa: BLE001 - the diagnosis must not hide the failure
+            states = [("unreadable", repr(exc), None)]
+        pytest.fail(f"the driver did not end within {timeout:g} s; trials: {states}\n"
+                    f"stdout:\n{out}\nstderr:\n{err}")
+
+
 def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -81,7 +100,7 @@ def _states(trials: list[FrozenTrial]) -> dict[str, int]:
 
 
 def test_killed_dask_worker_fails_its_trial_and_the_parameters_run_again(tmp_path: Path) -> None:
-    # The first trial to start records its worker's pid and sleeps; the test SIGKILLs that
+    # The one trial to claim the victim file records its pid and sleeps; the test kills that
     # worker. Every other call (the retry included) answers at once.
     _objective_module(tmp_path, f"""
         import os, time
@@ -90,7 +109,11 @@ def test_killed_dask_worker_fails_its_trial_and_the_parameters_run_again(tmp_pat
         VICTIM = Path({str(tmp_path)!r}) / "victim"
 
         def objective(params):
-            if not VICTIM.exists():
+            try:  # exactly one trial claims the victim's part, however many start at once
+                os.close(os.open(VICTIM.with_suffix(".claim"), os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                pass
+            else:
                 VICTIM.with_suffix(".tmp").write_text(str(os.getpid()))
                 VICTIM.with_suffix(".tmp").rename(VICTIM)
                 time.sleep(120)
@@ -105,7 +128,7 @@ def test_killed_dask_worker_fails_its_trial_and_the_parameters_run_again(tmp_pat
     worker_pid = int(victim.read_text())
     assert worker_pid != proc.pid
     os.kill(worker_pid, signal.SIGKILL)
-    out, err = proc.communicate(timeout=120)
+    out, err = _finish(proc, storage, 120)
     assert proc.returncode == 0, out + err
 
     trials = _trials(storage)
@@ -132,7 +155,7 @@ def test_retries_stop_at_max_retries(tmp_path: Path) -> None:
                             extra="max_retries = 2\nmax_failures = 3")
     storage = str(tmp_path / "s.journal")
     proc = _start(study, storage, tmp_path)
-    out, err = proc.communicate(timeout=120)
+    out, err = _finish(proc, storage, 120)
     assert proc.returncode == 1, out + err  # stopped by max_failures
     trials = _trials(storage)
     assert [t.state for t in trials] == [TrialState.FAIL] * 3
@@ -271,7 +294,7 @@ def test_postgresql_restart_during_a_study_loses_nothing(
     postgres_server.stop()
     time.sleep(3)  # the driver and the workers meet a dead server
     postgres_server.start()
-    out, err = proc.communicate(timeout=240)
+    out, err = _finish(proc, url, 240, name)
     assert proc.returncode == 0, out + err
     assert "retrying" in err
     trials = _trials(url, name)
@@ -332,7 +355,7 @@ def test_a_trial_lost_with_its_worker_resumes_from_its_last_checkpoint(tmp_path:
     worker = _ancestor_outside(_processes_tagged(tag))
     assert worker != proc.pid
     os.kill(worker, signal.SIGKILL)
-    out, err = proc.communicate(timeout=180)
+    out, err = _finish(proc, storage, 180)
     assert proc.returncode == 0, out + err
 
     trials = _trials(storage)
