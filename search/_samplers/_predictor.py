@@ -34,9 +34,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 import spaces
 from search._samplers._base import (
+    CompleteSoFar,
     ProposalSampler,
     candidate_key,
-    complete_in_order,
     consistent,
     draw,
     scalar_distributions,
@@ -47,7 +47,13 @@ from search._samplers._base import (
     with_genome,
 )
 from search._samplers._evolution import mutate_params
-from search._samplers._surrogate import ACQUISITIONS, GaussianProcess, normal_scores, probit
+from search._samplers._surrogate import (
+    ACQUISITIONS,
+    GaussianProcess,
+    normal_scores,
+    one_blas_thread,
+    probit,
+)
 from search._samplers._window import Window
 
 _RANDOM_SHARE = 0.1  # of the candidates: uniform draws; the rest children of the parents
@@ -135,6 +141,9 @@ class PredictorSampler(ProposalSampler):
         # running trials (the most recently started); None fits every trial.
         self._window = window
         self._windows: dict[int, Window] = {}  # study id -> its window
+        # the complete trials with a candidate key, kept incrementally (no O(n) work per ask
+        # beyond Optuna's listing of the trials)
+        self._complete = CompleteSoFar(lambda study, t: self._trial_key(study, t) is not None)
 
     # -- warm start --------------------------------------------------------------------------
 
@@ -163,7 +172,8 @@ class PredictorSampler(ProposalSampler):
         chosen = [p for p, _ in points]
         x = self._embed.many(chosen) * self._weights
         y = probit(np.array([s for _, s in points]))
-        self._prior_model = GaussianProcess.fit(x, y, groups=self._groups)
+        with one_blas_thread():
+            self._prior_model = GaussianProcess.fit(x, y, groups=self._groups)
         self._prior = ([(self._key(p), p) for p in chosen], x, y)
 
     def reseed_rng(self) -> None:
@@ -174,13 +184,18 @@ class PredictorSampler(ProposalSampler):
     # -- proposals ---------------------------------------------------------------------------
 
     def propose(self, study: Study, trial: FrozenTrial, rng: np.random.Generator) -> dict[str, Any]:
+        with one_blas_thread():
+            return self._propose(study, trial, rng)
+
+    def _propose(
+        self, study: Study, trial: FrozenTrial, rng: np.random.Generator
+    ) -> dict[str, Any]:
         seen = self.seen_keys(study, exclude=trial._trial_id)  # noqa: SLF001 (caches the keys)
-        done = [t for t in complete_in_order(study) if self._trial_key(study, t) is not None]
+        done, by_number, fresh = self._complete(study)
         if self._window and len(done) > self._window:
             kept = self._windows.setdefault(study._study_id, Window())  # noqa: SLF001
             done = kept.pick(
-                study, sorted(done, key=lambda t: t.number), size=self._window,
-                best=self._window // 10,
+                study, by_number, size=self._window, best=self._window // 10, fresh=fresh
             )
         prior = self._prior
         if len(done) < self._startup and prior is None:

@@ -64,23 +64,35 @@ class Window:
         self._heap: list[tuple[float, int, FrozenTrial]] = []  # the best: (reward, -number, t)
         self._capacity = 0
         self._front: list[FrozenTrial] = []
+        self._scanned = False  # every trial looked at once (since the heap was last reset)
 
     def pick(
-        self, study: Study, trials: list[FrozenTrial], *, size: int, best: int
+        self,
+        study: Study,
+        trials: list[FrozenTrial],
+        *,
+        size: int,
+        best: int,
+        fresh: list[FrozenTrial] | None = None,
     ) -> list[FrozenTrial]:
         """``trials`` (in trial number order) itself when no more than ``size``; else the
         ``best`` best COMPLETE ones of them (one objective; the Pareto front, at most
         ``size // 2`` of it, on several) and the most recent others, ``size`` in all, in trial
-        number order."""
+        number order. ``fresh``: a caller that keeps ``trials`` incrementally names the ones
+        added since its last call, and only those are looked at for the best."""
         if len(trials) <= size:
             return trials
         best = min(best, size)
         multi = len(study.directions) > 1
         if not multi and best > self._capacity:  # (only when a custom gamma grows)
             self._seen, self._heap, self._capacity = set(), [], best
+            self._scanned = False
         signs = [1.0 if d == StudyDirection.MAXIMIZE else -1.0 for d in study.directions]
         seen, complete = self._seen, TrialState.COMPLETE
-        for t in trials:  # (complete trials only: a pruned one is modelled when recent)
+        # the first look goes over every trial; later ones over the fresh, when named
+        looked_at = trials if fresh is None or not self._scanned else fresh
+        self._scanned = True
+        for t in looked_at:  # (complete trials only: a pruned one is modelled when recent)
             if t.state != complete or t.number in seen or not t.values:
                 continue
             seen.add(t.number)
