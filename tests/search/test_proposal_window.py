@@ -16,6 +16,7 @@ import spaces
 from search._errors import StudyError
 from search._registry import build_sampler
 from search._samplers._base import (
+    CompleteSoFar,
     KeyCache,
     LatestComplete,
     candidate_key,
@@ -153,6 +154,36 @@ def test_latest_complete_is_the_tail_of_complete_in_order() -> None:
     got = [t.number for t in latest(study)]
     assert got == [t.number for t in complete_in_order(study)[-7:]]
     assert got != list(range(33, 40))  # not simply the highest numbers
+
+
+def test_complete_so_far_equals_complete_in_order_and_feeds_the_window() -> None:
+    """Trials that finish out of number order, some failing, some with a key the filter
+    drops: the kept lists equal a full recount each time, the fresh ones are exactly the new
+    ones, and a window fed only the fresh trials picks what a window shown all of them does."""
+    study = filled(FLAT, 30, running=120, running_first=True)
+    odd_width = lambda _study, t: t.params["width"] % 2 == 1  # noqa: E731
+    kept = CompleteSoFar(odd_width)
+    by_fresh, by_all = Window(), Window()
+    rng = np.random.default_rng(4)
+    order = [int(n) for n in rng.permutation(120)]
+    before: set[int] = set()
+    for start in range(0, 120, 9):
+        for number in order[start:start + 9]:
+            if rng.random() < 0.15:
+                study.tell(number, state=TrialState.FAIL)
+            else:
+                study.tell(number, float(rng.normal()))
+        in_finish_order, in_number_order, fresh = kept(study)
+        expected = [t for t in complete_in_order(study) if odd_width(study, t)]
+        assert [t.number for t in in_finish_order] == [t.number for t in expected]
+        assert [t.number for t in in_number_order] == sorted(t.number for t in expected)
+        assert {t.number for t in fresh} == {t.number for t in expected} - before
+        before = {t.number for t in expected}
+        got = by_fresh.pick(study, in_number_order, size=20, best=4, fresh=fresh)
+        full = by_all.pick(study, in_number_order, size=20, best=4)
+        assert [t.number for t in got] == [t.number for t in full]
+    assert [t.number for t in in_finish_order] != sorted(before)  # out of number order indeed
+    assert len(before) > 20  # the window was active
 
 
 def test_gp_window_fits_at_most_window_trials() -> None:
