@@ -31,10 +31,18 @@ The JSON: ``{"results": [{"strategy", "space", "finished", "running", "first_ms"
 "max_ms", "reads"}], "goal": ..., "machine": ..., "load": [1, 5, 15 min] at the end,
 "load_start": the same at the start}``.
 
+``reads`` above is what the in-memory storage hands the sampler (every trial, once per listing).
+What a remote storage ships is another figure: ``--remote-reads`` grows one SQLite study to each
+size and counts the trials the RDB backend returns per proposal through Optuna's cached storage
+(it re-reads only the unfinished trials and the new ones), for every strategy; the goal
+"storage reads per proposal do not grow with the study" is judged on these rows
+(``proposal_cost_remote.json``).
+
 Command::
 
     python benchmarks/proposal_cost.py [--quick] [--json PATH] [--strategies S ...]
                                        [--finished N ...] [--running N ...] [--asks K]
+                                       [--remote-reads]
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ import argparse
 import json
 import os
 import statistics
+import tempfile
 import time
 import tomllib
 import warnings
@@ -58,6 +67,7 @@ from optuna.trial import TrialState
 import spaces
 from search._registry import STRATEGIES, build_sampler
 from search._samplers._base import draw, uniform_choice
+from training._storage import RetryingStorage
 
 GOAL_MS = 50.0
 SPACES = {
@@ -139,6 +149,61 @@ def measure(strategy: str, space_name: str, finished: int, running: int,
     }
 
 
+def remote_reads(strategies: list[str], finished: list[int], running: int, asks: int,
+                 directory: Path) -> list[dict[str, Any]]:
+    """Rows the storage itself ships per proposal: one SQLite study (cell space, ``running``
+    RUNNING trials first) grown to each size in ``finished``, opened as ``search run`` opens a
+    PostgreSQL URL (``RetryingStorage`` over Optuna's cached storage over the RDB backend: the
+    queue of WAITING trials is read from the database alone); every strategy proposes
+    ``asks + 1`` times; the trials its backend query returns (``RDBStorage._get_trials``, what
+    a PostgreSQL server would send) are counted per proposal, the first apart (it also catches
+    up on the trials added since the last strategy read the study)."""
+    space = SPACES["cell"]
+    # The stack `search run` builds on a PostgreSQL URL (training._storage._open_storage),
+    # here over a SQLite file: RetryingStorage(_CachedStorage(RDBStorage)).
+    backend = optuna.storages.RDBStorage(f"sqlite:///{directory / 'remote.db'}")
+    storage = RetryingStorage(  # type: ignore[abstract]
+        optuna.storages.get_storage(backend), what="sqlite"
+    )
+    shipped = [0]
+    query = backend._get_trials  # noqa: SLF001 - the one read _CachedStorage makes per ask
+
+    def counted(*args: Any, **kwargs: Any) -> list[optuna.trial.FrozenTrial]:
+        trials = query(*args, **kwargs)
+        shipped[0] += len(trials)
+        return trials
+
+    backend._get_trials = counted  # type: ignore[method-assign]  # noqa: SLF001
+    study = optuna.create_study(storage=storage, study_name="remote", direction="maximize")
+    rng = np.random.default_rng(0)
+    study.add_trials(_trials(space, running, TrialState.RUNNING, 1, rng))
+    rows: list[dict[str, Any]] = []
+    have = 0
+    for n in sorted(finished):
+        study.add_trials(_trials(space, n - have, TrialState.COMPLETE, 1, rng))
+        have = n
+        for strategy in strategies:
+            name, options = split_label(strategy)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                sampler = build_sampler(name, options, 0, space, ["maximize"])
+                opened = optuna.load_study(study_name="remote", storage=storage, sampler=sampler)
+                per_ask = []
+                for _ in range(asks + 1):
+                    before = shipped[0]
+                    trial = opened.ask()
+                    space.suggest(trial)
+                    per_ask.append(shipped[0] - before)
+                    opened.tell(trial, state=TrialState.FAIL)
+            row = {"strategy": strategy, "finished": n, "running": running,
+                   "first_rows": per_ask[0], "rows": statistics.median(per_ask[1:]),
+                   "max_rows": max(per_ask[1:])}
+            rows.append(row)
+            print(f"remote {strategy:12} finished {n:6} running {running:5}: "
+                  f"{row['rows']:6.0f} rows per proposal (first {row['first_rows']})", flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="100/1,000 finished, 1/64 running, 3 asks")
@@ -156,8 +221,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--gp-max", type=int, default=1000, help="largest study gp:window=0 is measured on"
     )
+    p.add_argument(
+        "--remote-reads", action="store_true",
+        help="measure instead the rows a SQLite storage ships per proposal as the study grows "
+        "(cell space, --running's first value, default 64)",
+    )
     args = p.parse_args(argv)
     finished = args.finished or ([100, 1000] if args.quick else [100, 1000, 10000])
+    if args.remote_reads:
+        return _main_remote(args, finished)
     running = args.running or ([1, 64] if args.quick else [1, 64, 1024])
     asks = args.asks or (3 if args.quick else 5)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -212,6 +284,35 @@ def main(argv: list[str] | None = None) -> int:
             "goal": goal,
             "results": results,
         }
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(doc, indent=1))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _main_remote(args: argparse.Namespace, finished: list[int]) -> int:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    torch.set_num_threads(args.torch_threads)
+    running = (args.running or [64])[0]
+    asks = args.asks or (3 if args.quick else 5)
+    strategies = [s for s in args.strategies if s not in YARDSTICKS]
+    load_start, started = list(os.getloadavg()), time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = remote_reads(strategies, finished, running, asks, Path(tmp))
+    flat = {r["strategy"]: [x["rows"] for x in rows if x["strategy"] == r["strategy"]]
+            for r in rows}
+    goal = {"text": "storage reads per proposal do not grow with the study",
+            "met": all(max(v) <= min(v) for v in flat.values()),
+            "rows_by_size": flat}
+    print(f"goal: {goal['text']}: {'met' if goal['met'] else 'not met'}")
+    if args.json:
+        doc = {"benchmark": "proposal_cost_remote", "date": now_iso(),
+               "machine": machine("optuna", "numpy", "torch"), "load": list(os.getloadavg()),
+               "load_start": load_start,
+               "settings": {"finished": finished, "running": running, "asks": asks,
+                            "storage": "sqlite (Optuna's _CachedStorage over RDBStorage)",
+                            "total_s": time.perf_counter() - started},
+               "goal": goal, "results": rows}
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(doc, indent=1))
         print(f"wrote {args.json}")
