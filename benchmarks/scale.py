@@ -66,6 +66,8 @@ from typing import Any
 import optuna
 from _common import machine, now_iso  # benchmarks/_common.py (the script directory)
 
+REPO = Path(__file__).resolve().parents[1]  # tests/pg_server.py lives there
+
 CONCURRENCY = (8, 32, 64, 128, 256)
 WORK_S = {"zero": 0.0, "near_zero": 0.01}
 KINDS = ("threads", "processes")
@@ -295,6 +297,8 @@ def _storages(postgres: bool) -> Iterator[dict[str, str]]:
     if not postgres:
         yield urls
         return
+    if str(REPO) not in sys.path:  # `python benchmarks/X.py` puts only benchmarks/ on the path
+        sys.path.insert(0, str(REPO))
     from tests.pg_server import PostgresMissing, throwaway_postgres
 
     try:

@@ -35,7 +35,7 @@ from training.launch import LauncherNotFound, launcher_argv
 if TYPE_CHECKING:
     from distributed import Client
 
-    from search._study_file import Cluster
+    from search._study_sections import Cluster
 
 
 def with_overrides(
@@ -52,7 +52,8 @@ def with_overrides(
     """
     from pydantic import ValidationError
 
-    from search._study_file import Cluster, _format
+    from search._study_file import _format
+    from search._study_sections import Cluster
 
     data = opts.model_dump(exclude_unset=True)
     if scheduler is not None:

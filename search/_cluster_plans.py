@@ -99,7 +99,7 @@ class _Options(BaseModel):
     provider_options: dict[str, Any] = Field(default_factory=dict)
 
 
-Options = Any  # a search._study_file.Cluster (or _Options): the [cluster] table
+Options = Any  # a search._study_sections.Cluster (or _Options): the [cluster] table
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,8 @@ import spaces
 from search._errors import StudyError, words
 from search._samplers import PredictorSampler
 from search._samplers._base import GENOME, candidate_key, family_of, scalar_distributions
-from search._study_file import DEFAULT_WARM_START_TOP, StudyFile, WarmSource
+from search._study_file import StudyFile
+from search._study_sections import DEFAULT_WARM_START_TOP, WarmSource
 from training.contract import open_storage, redact, storage_file
 
 TRANSFERRED_FROM = "transferred_from"  # user attr of an enqueued trial: "SOURCE#NUMBER"
