@@ -15,13 +15,11 @@ and faults in order.
 
 from __future__ import annotations
 
-import math
 import os
 import queue
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +29,23 @@ from optuna.trial import TrialState
 
 from search._backend import run_trial_on_worker
 from search._cluster_plans import MPI
-from search._cluster_watch import ClusterFailed
 from search._objectives import is_benchmark, run_function_trial
+from search._outcomes import (
+    RESULT_ATTRS,
+    RunCounts,
+    Running,
+    fetch_result,
+    interruption,
+    log_directory,
+    lost_result,
+    outcome,
+    record_genome,
+    result_values,
+)
 from search._promotion import PAUSED_ATTR, RESUME_OF_ATTR
 from search._registry import pruner_spec
 from search._segments import (
     artifact_directory,
-    beside_storage,
     continue_curve,
     queue_promotion,
 )
@@ -58,80 +66,10 @@ from training.contract import (
     build_pruner,
 )
 
-FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
-# User attributes copied from an MPI job's result onto its trial.
-RESULT_ATTRS = (
-    "ranks",
-    "algorithm",
-    "wall_time_s",
-    "rank_seconds",
-    "train_time_s",
-    "epochs_run",
-    "samples_per_s",
-    "exit_reason",
-    "n_params",
-    "flops",
-    "test_accuracy",
-    "launch_overhead_s",
-    "command",
-    "history",
-    "counters",
-    "steps_per_rank",
-    "slowdown_sleep_s",
-    "mpi_thread_level",
-    "start_epoch",
-    "checkpoint_s",
-    "checkpoint_bytes",
-    "sim_time_s",
-    "host",
-    "batch_job",
-)
-
-
-@dataclass
-class RunCounts:
-    """What one ``search run`` did, and what the study holds now."""
-
-    complete: int = 0
-    pruned: int = 0
-    failed: int = 0
-    running: int = 0
-    finished_before: int = 0
-    target: int = 0
-    stopped_because: str = ""
-    best: str = ""
-    failures: list[str] = field(default_factory=list)
-    paused: int = 0  # of ``pruned``: paused at a rung (may still be promoted)
-    promoted: int = 0  # paused trials resumed by this run
-    continuations: int = 0  # of complete + pruned: promoted continuations (same configuration)
-
-    @property
-    def finished(self) -> int:
-        """Finished configurations (``budget.trials`` counts these)."""
-        return self.finished_before + self.complete + self.pruned - self.continuations
-
-
-@dataclass
-class _Running:
-    trial: optuna.Trial
-    ranks: int
-    started: float = field(default_factory=time.monotonic)
-    sim_start: float = 0.0
-    continuation: bool = False  # a promoted paused trial: not a new configuration
-    resumed_epoch: int = 0  # the checkpoint's epoch it continues from (0: from scratch)
-    carried: dict[str, float] = field(default_factory=dict)  # work done before, by its lineage
-
-
 Event = Callable[[str, optuna.Trial | None, RunCounts, dict[str, Any] | None], None]
 # Called on every turn of the loop with whether trials are running (or waiting for a worker);
 # raises (search._cluster_watch.ClusterFailed) when the cluster cannot deliver.
 Watch = Callable[..., None]
-
-
-def _values(result: dict[str, Any], objectives: list[str]) -> list[float] | None:
-    values = result.get("values") or {}
-    out = [float(values[m]) for m in objectives if m in values]
-    return out if len(out) == len(objectives) and all(map(math.isfinite, out)) else None
 
 
 class Driver:
@@ -181,7 +119,9 @@ class Driver:
         # A benchmark's simulated clock (search._simclock): what the driver's own work costs
         # on it, and the running trials' events in the order they happen.
         self.clock = clock if clock is not None else default_clock(sf.objective)
-        self.events = EventQueue(study=study, clock=self.clock, fetch=_result, lost=_lost_result)
+        self.events = EventQueue(
+            study=study, clock=self.clock, fetch=fetch_result, lost=lost_result
+        )
 
     @property
     def sim_clock(self) -> float:
@@ -200,7 +140,7 @@ class Driver:
         counts.promoted += queued == "queued"
         return queued is not None
 
-    def _submit(self, counts: RunCounts) -> tuple[Future, _Running] | None:
+    def _submit(self, counts: RunCounts) -> tuple[Future, Running] | None:
         trial = self.study.ask()
         trial.set_user_attr(DRIVER_ATTR, self.owner)  # claimed at once: see recover_orphans
         if self.sf.objective is not None:
@@ -214,7 +154,7 @@ class Driver:
             config = self.sf.training.with_params(params)
             if genome is not None:
                 config = config.model_validate({**config.model_dump(), "genome": genome.to_dict()})
-                _record_genome(trial, genome)
+                record_genome(trial, genome)
             if resume is not None:
                 continue_curve(self.study, trial, resume, len(self.sf.objectives) > 1)
         except Exception as exc:  # a sampler or space problem fails this trial, not the study
@@ -251,7 +191,7 @@ class Driver:
             "epochs": float(attrs.get("detol:lineage_epochs", 0)),
             "rank_seconds": float(attrs.get("detol:lineage_rank_seconds", 0.0)),
         }
-        return future, _Running(
+        return future, Running(
             trial,
             config.ranks,
             sim_start=self.sim_clock,
@@ -262,14 +202,14 @@ class Driver:
 
     def _submit_function(
         self, trial: optuna.Trial, counts: RunCounts
-    ) -> tuple[Future, _Running] | None:
+    ) -> tuple[Future, Running] | None:
         try:
             params = self.space.suggest(trial)
         except Exception as exc:  # a sampler or space problem fails this trial, not the study
             self._fail(trial, counts, {"exit_reason": f"could not build the trial: {exc}"})
             return None
         if params.get("genome") is not None:
-            _record_genome(trial, params["genome"])
+            record_genome(trial, params["genome"])
         task = {
             "objective": self.sf.objective,
             "params": params,
@@ -292,7 +232,7 @@ class Driver:
         self._watch(future)
         self.on_event("started", trial, counts, None)
         start = self.clock.serve() if self.simulated else 0.0  # the driver's work is charged
-        return future, _Running(trial, 1, sim_start=start)
+        return future, Running(trial, 1, sim_start=start)
 
     def _watch(self, future: Future) -> None:
         """A real trial's future reports its end to ``_collect`` (the simulated clock waits on
@@ -334,7 +274,7 @@ class Driver:
             return None
         return str(path)
 
-    def _finish(self, run: _Running, result: dict[str, Any], counts: RunCounts) -> None:
+    def _finish(self, run: Running, result: dict[str, Any], counts: RunCounts) -> None:
         trial = run.trial
         for key in RESULT_ATTRS:
             if result.get(key) is not None:
@@ -353,7 +293,7 @@ class Driver:
                                 run.carried.get("rank_seconds", 0.0)
                                 + float(result.get("rank_seconds") or 0.0))
         state = result.get("state")
-        values = _values(result, self.sf.objectives)
+        values = result_values(result, self.sf.objectives)
         if state in ("complete", "pruned", "paused") and run.continuation:
             counts.continuations += 1
         if state == "complete" and values is not None:
@@ -374,13 +314,13 @@ class Driver:
             self._fail(trial, counts, result, lost=bool(result.get("lost")))
 
     def _collect(
-        self, running: dict[Future, _Running]
-    ) -> list[tuple[Future, _Running, dict[str, Any] | None]]:
+        self, running: dict[Future, Running]
+    ) -> list[tuple[Future, Running, dict[str, Any] | None]]:
         """The trials to tell now, each with its result, taken out of ``running``. A real
-        trial's result is None here: fetched (``_outcome``) once its successor is submitted."""
+        trial's result is None here: fetched (``outcome``) once its successor is submitted."""
         if self.simulated:
             return self._collect_simulated(running)  # type: ignore[return-value]
-        out: list[tuple[Future, _Running, dict[str, Any] | None]] = [
+        out: list[tuple[Future, Running, dict[str, Any] | None]] = [
             (f, running.pop(f), None) for f in self._ended_now() if f in running]
         limit = self.sf.budget.trial_timeout
         if limit is not None:
@@ -408,8 +348,8 @@ class Driver:
                 return ended
 
     def _collect_simulated(
-        self, running: dict[Future, _Running]
-    ) -> list[tuple[Future, _Running, dict[str, Any]]]:
+        self, running: dict[Future, Running]
+    ) -> list[tuple[Future, Running, dict[str, Any]]]:
         """Discrete-event simulation: the answers are instant; play the running trials' events
         (epoch reports the pruner judges, faults) until one ends, and tell that one."""
         self.clock.idle()  # waiting for the next event is not the driver's work
@@ -419,7 +359,7 @@ class Driver:
 
     def _fill(
         self,
-        running: dict[Future, _Running],
+        running: dict[Future, Running],
         counts: RunCounts,
         *,
         concurrency: int,
@@ -443,8 +383,8 @@ class Driver:
 
     def run(self, *, trials: int, concurrency: int, timeout: float | None) -> RunCounts:
         counts = RunCounts(finished_before=self._finished_count(), target=trials)
-        running: dict[Future, _Running] = {}
-        done: list[tuple[Future, _Running, dict[str, Any] | None]] = []
+        running: dict[Future, Running] = {}
+        done: list[tuple[Future, Running, dict[str, Any] | None]] = []
         # With several trials running the study is asynchronous anyway, so a freed slot gets its
         # next trial before the finished one is told: workers never wait for the bookkeeping.
         # One at a time (and on a simulated clock), the tell comes first, so the strategy sees
@@ -473,7 +413,7 @@ class Driver:
                     )
                 while done:
                     future, run, result = done.pop(0)
-                    self._finish(run, _outcome(future, result), counts)
+                    self._finish(run, outcome(future, result), counts)
                 if time.monotonic() - last_beat > HEARTBEAT_S:
                     # Lets drivers on other hosts tell our running trials from orphans: one
                     # write for all of them (one per trial: 1,024 writes every HEARTBEAT_S).
@@ -485,10 +425,10 @@ class Driver:
             # Ctrl-C, a cluster that cannot deliver, or a driver error: no trial is left RUNNING.
             for _future, run, result in done:  # ended before the interrupt: tell what happened
                 try:
-                    self._finish(run, _outcome(_future, result), counts)
+                    self._finish(run, outcome(_future, result), counts)
                 except Exception:  # noqa: BLE001 - still fail it below rather than leave it
                     running[_future] = run
-            why = _interruption(exc)
+            why = interruption(exc)
             for future in running:
                 future.cancel()  # the worker kills the trial's MPI job within half a second
             for run in running.values():
@@ -498,41 +438,3 @@ class Driver:
                 self.study.tell(run.trial, state=TrialState.FAIL)
             raise
         return counts
-
-
-def log_directory(storage_url: str, study_name: str) -> Path:
-    """Where failed trials' logs go: ``detol-logs/STUDY`` beside a journal or SQLite file, else
-    under the working directory."""
-    return beside_storage(storage_url) / "detol-logs" / study_name
-
-
-def _interruption(exc: BaseException) -> str:
-    """Why the running trials stop, for their ``exit_reason``."""
-    if isinstance(exc, ClusterFailed):
-        return f"cluster failed: {exc}"
-    name = getattr(exc, "signal_name", "")
-    return f"driver interrupted ({name})" if name else "driver interrupted"
-
-
-def _record_genome(trial: optuna.Trial, genome: Any) -> None:
-    """The genome as readable attributes (notebooks, dashboard), beside its raw params."""
-    trial.set_user_attr("genome", genome.canonical_json)
-    trial.set_user_attr("genome_key", genome.key)
-    trial.set_user_attr("genome_summary", genome.summary())
-
-
-def _outcome(future: Future, result: dict[str, Any] | None) -> dict[str, Any]:
-    return _result(future) if result is None else result
-
-
-def _result(future: Future) -> dict[str, Any]:
-    try:
-        return dict(future.result())
-    except Exception as exc:  # lost worker (KilledWorker), closed connection, cancelled task
-        return _lost_result(exc)
-
-
-def _lost_result(exc: BaseException) -> dict[str, Any]:
-    """A trial whose answer never came (its worker or connection died): re-queued."""
-    reason = f"{type(exc).__name__}: {exc}".strip()
-    return {"state": "failed", "exit_reason": f"Dask worker lost: {reason}", "lost": True}
