@@ -60,6 +60,7 @@ from search._study import (
     requeue,
 )
 from search._study_file import StudyFile
+from search._warm_start import duplicate_of
 from training.contract import (
     SINGLE_NODE_ENV,
     TrialSpec,
@@ -143,6 +144,11 @@ class Driver:
     def _submit(self, counts: RunCounts) -> tuple[Future, Running] | None:
         trial = self.study.ask()
         trial.set_user_attr(DRIVER_ATTR, self.owner)  # claimed at once: see recover_orphans
+        duplicate = duplicate_of(self.study, trial)
+        if duplicate is not None:  # not a failure, and not a configuration of the budget
+            trial.set_user_attr("exit_reason", duplicate)
+            self.study.tell(trial, state=TrialState.FAIL)
+            return None
         if self.sf.objective is not None:
             return self._submit_function(trial, counts)
         attrs = trial.user_attrs  # an enqueued continuation or retry carries its resume point

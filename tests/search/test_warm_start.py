@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import textwrap
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +229,36 @@ def test_best_source_cells_run_first_once_marked_and_counted(tmp_path: Path) -> 
     study = _study(url, "t")
     assert len(study.trials) == 9 and _transferred(study) == ["c10#1", "c10#3", "c10#5"]
     assert _snapshot(url, "c10") == before
+
+
+def test_candidates_queued_twice_by_two_drivers_run_once(tmp_path: Path) -> None:
+    """Two drivers that open the new study at the same moment both pass the "not warm-started
+    yet" check and both queue the candidates. Each candidate still runs once: the later copy
+    is told FAIL as a duplicate when taken from the queue, counts neither toward the budget nor
+    toward budget.max_failures, and the study ends with its budget."""
+    url = str(tmp_path / "s.journal")
+    _make_source(url, "c10", [80.0, 91.0, 85.0, 90.5, 70.0])
+    text = _nb201("t", trials=5, warm_start='["c10"]', extra="warm_start_top = 3\n")
+    path = _write(tmp_path, "t", text.replace("trials = 5\n", "trials = 5\nmax_failures = 1\n"))
+    sf = parse_study(tomllib.loads(path.read_text()))
+    storage = open_storage(url)
+    sources = warm.load_sources(sf, storage=storage, url=url)
+    study = open_study(sf, storage, sources=sources)  # the first driver queues three
+    for params, label in warm.candidates(sources, sf.search_space, 3, set()):
+        study.enqueue_trial(params, user_attrs={warm.TRANSFERRED_FROM: label})  # the second
+    assert _transferred(study) == ["c10#1", "c10#3", "c10#2"] * 2
+    code, out, err = run_cli("run", str(path), "--storage", url, "--no-progress")
+    assert code == 0, out + err
+    trials = _study(url, "t").get_trials(deepcopy=False)
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    duplicates = [t for t in trials if t.state == TrialState.FAIL]
+    assert len(complete) == 5  # the budget, in configurations that ran
+    assert [t.user_attrs.get("transferred_from") for t in complete[:3]] == [
+        "c10#1", "c10#3", "c10#2"]
+    assert [t.number for t in duplicates] == [3, 4, 5]
+    for t, first in zip(duplicates, (0, 1, 2), strict=True):
+        assert t.user_attrs["exit_reason"].startswith(f"duplicate of trial {first}:")
+        assert "sim_clock_s" not in t.user_attrs  # never ran (a table answer sets it)
 
 
 @pytest.mark.parametrize("kind", ["journal", "sqlite"])
