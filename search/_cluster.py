@@ -14,16 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 import dask
 
-from search._cluster_plans import (
-    BACKENDS,
+from search._cluster_base import (
     DEFAULT_WORKER_TIMEOUT,
     MPI,
     ClusterPlan,
     Options,
     _Options,
-    plan_cluster,
     trial_task_durations,
 )
+from search._cluster_plans import BACKENDS, plan_cluster
 from search._cluster_watch import (
     ClusterHandle,
     preflight_slurm,

@@ -28,7 +28,7 @@ from distributed import Client, Future
 from optuna.trial import TrialState
 
 from search._backend import run_trial_on_worker
-from search._cluster_plans import MPI
+from search._cluster_base import MPI
 from search._objectives import is_benchmark, run_function_trial
 from search._outcomes import (
     RESULT_ATTRS,

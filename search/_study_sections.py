@@ -21,12 +21,8 @@ from pydantic import (
     model_validator,
 )
 
-from search._cluster_plans import (
-    BACKENDS,
-    DEFAULT_WORKER_TIMEOUT,
-    Adapt,
-    check_backend_options,
-)
+from search._cluster_base import DEFAULT_WORKER_TIMEOUT, Adapt
+from search._cluster_plans import BACKENDS, check_backend_options
 from search._errors import StudyError, pydantic_message, words
 from search._registry import (
     PRUNER_OPTIONS,

@@ -23,7 +23,8 @@ from optuna.trial import TrialState
 
 from search import Driver, StudyError, open_study, parse_study
 from search._cluster import open_client, with_overrides
-from search._cluster_plans import MPI, ClusterPlan, plan_cluster, trial_task_durations
+from search._cluster_base import MPI, ClusterPlan, trial_task_durations
+from search._cluster_plans import plan_cluster
 from tests.cli_helpers import run_cli
 from training.contract import open_storage
 
