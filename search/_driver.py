@@ -144,14 +144,14 @@ class Driver:
     def _submit(self, counts: RunCounts) -> tuple[Future, Running] | None:
         trial = self.study.ask()
         trial.set_user_attr(DRIVER_ATTR, self.owner)  # claimed at once: see recover_orphans
-        duplicate = duplicate_of(self.study, trial)
+        attrs = trial.user_attrs  # an enqueued continuation or retry carries its resume point
+        duplicate = duplicate_of(self.study, trial.number, attrs)
         if duplicate is not None:  # not a failure, and not a configuration of the budget
             trial.set_user_attr("exit_reason", duplicate)
             self.study.tell(trial, state=TrialState.FAIL)
             return None
         if self.sf.objective is not None:
             return self._submit_function(trial, counts)
-        attrs = trial.user_attrs  # an enqueued continuation or retry carries its resume point
         resume = attrs.get(RESUME_FROM_ATTR) if self.checkpoints is not None else None
         ask_time = time.time()
         try:

@@ -242,17 +242,18 @@ def apply(study: optuna.Study, sf: StudyFile, sources: Sequence[Source]) -> list
     return [label for _, label in chosen]
 
 
-def duplicate_of(study: optuna.Study, trial: optuna.Trial) -> str | None:
-    """Why a trial just taken from the queue must not run, or None: it is a transferred
+def duplicate_of(study: optuna.Study, number: int, attrs: dict[str, Any]) -> str | None:
+    """Why trial ``number`` (user attributes ``attrs``), just taken from the queue, must not
+    run, or None: it is a transferred
     candidate queued twice. :func:`apply` writes ``detol:warm_start`` after it checks for it, so
     two drivers that open a new study at the same moment may both queue the candidates; the copy
     with the lower number is the one that runs (whichever driver takes it), a later copy is
     told FAIL with this reason and is not a trial of the budget."""
-    label = trial.user_attrs.get(TRANSFERRED_FROM)
+    label = attrs.get(TRANSFERRED_FROM)
     if label is None:
         return None
     for t in study._storage.get_all_trials(study._study_id, deepcopy=False):  # noqa: SLF001
-        if (t.number < trial.number and t.state != TrialState.FAIL
+        if (t.number < number and t.state != TrialState.FAIL
                 and t.user_attrs.get(TRANSFERRED_FROM) == label):
             return (f"duplicate of trial {t.number}: the warm-start candidate {label} was "
                     "queued twice (two drivers opened the new study at once); not run")

@@ -278,7 +278,7 @@ class CompleteSoFar:
     at once (its values and parameters never change again) and put in place by bisection, so
     a proposal at 10,000 trials sorts nothing. ``keep(study, trial)`` filters the trials once,
     as they arrive. A call answers (in the order they finished, in trial number order, the
-    trials new since the last call)."""
+    trials new since the last call); the first two are the kept lists themselves, read only."""
 
     def __init__(self, keep: Callable[[Study, FrozenTrial], bool] | None = None) -> None:
         self._keep = keep

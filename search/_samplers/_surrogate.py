@@ -17,6 +17,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,16 +38,17 @@ _RELEVANCE = (0.3, 3.0)  # factors tried on each group's relevance
 _ND = NormalDist()
 
 
-_BLAS: list[ThreadpoolController] = []  # made on first use (it looks for the BLAS libraries)
+@functools.cache
+def _blas() -> ThreadpoolController:
+    """Made on first use: it looks for the loaded BLAS libraries."""
+    return ThreadpoolController()
 
 
 def one_blas_thread() -> Any:
     """A context in which BLAS (numpy's OpenBLAS) runs on one thread. The GP's matrices are a
     few hundred rows: a second thread made a proposal at 10,000 trials 2.4x slower here (8 ms
     on one thread, 20 ms on two, with twice the CPU time) and spun a core the trials need."""
-    if not _BLAS:
-        _BLAS.append(ThreadpoolController())
-    return _BLAS[0].limit(limits=1, user_api="blas")
+    return _blas().limit(limits=1, user_api="blas")
 
 
 def quantiles(values: np.ndarray) -> np.ndarray:
