@@ -139,7 +139,8 @@ def validate(
     """Check STUDY_FILE as `search run` would, running and writing nothing.
 
     Checks the file, the storage, whether the study there may go on with this file, the
-    dataset, the cluster and the launcher.
+    dataset, the warm-start sources, the cluster (SLURM: `sbatch --test-only` of the worker job
+    script) and the launcher.
     """
     from search._run import validate as check
 
