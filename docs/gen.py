@@ -22,7 +22,7 @@ import types
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
 
 # Where each piece the pages are made from lives (the only module paths in this file).
 MODULES = {
@@ -129,8 +129,8 @@ def default(field: Any) -> str:
 
 def first_paragraph(obj: Any) -> str:
     """The first paragraph of ``obj``'s own docstring (a class's, not one it inherits)."""
-    doc = inspect.cleandoc(obj.__dict__.get("__doc__") or "" if inspect.isclass(obj)
-                           else inspect.getdoc(obj) or "")
+    own = obj.__dict__.get("__doc__") if inspect.isclass(obj) else inspect.getdoc(obj)
+    doc = inspect.cleandoc(own or "")
     return " ".join(doc.split("\n\n")[0].split())
 
 
@@ -185,7 +185,6 @@ def _pruner_readers(key: str) -> str:
 def _backend_readers(key: str) -> str:
     """The backends that accept ``[cluster] key``, asked of the check that refuses the others."""
     clusters, sections = _m("clusters"), _m("sections")
-    study_error = importlib.import_module(MODULES["sections"]).StudyError
     takers = []
     for name in clusters.BACKENDS:
         opts = sections.Cluster.model_construct(
@@ -193,7 +192,7 @@ def _backend_readers(key: str) -> str:
         )
         try:
             clusters.check_backend_options(opts)
-        except study_error as exc:
+        except sections.StudyError as exc:
             if exc.where == f"cluster.{key}":
                 continue
         takers.append(name)
@@ -211,7 +210,10 @@ def model_table(model: type, section: str) -> tuple[str, list[tuple[str, type]]]
         head.insert(3, extra_head)
     rows, nested = [], []
     for key, field in model.model_fields.items():
-        if field.exclude:
+        if field.exclude or (not section and key == "space"):  # [space]: its own section
+            continue
+        if not section and _is_model(field.annotation):  # a table of the file: a section
+            nested.append((key, field.annotation))
             continue
         kind = choices.get((section, key)) or type_name(field.annotation)
         dflt = default(field)
@@ -231,36 +233,19 @@ def model_table(model: type, section: str) -> tuple[str, list[tuple[str, type]]]
 
 
 def study_file_page() -> str:
-    sf = _m("study_file").StudyFile
-    top_rows, sections = [], []
-    choices = _registry_types()
-    for key, field in sf.model_fields.items():
-        if field.exclude or key == "space":
-            continue
-        if _is_model(field.annotation):
-            sections.append((key, field.annotation))
-            continue
-        kind = choices.get(("", key)) or type_name(field.annotation)
-        top_rows.append([f"`{key}`", kind, default(field), bounds(field),
-                         field.description or ""])
+    top, sections = model_table(_m("study_file").StudyFile, "")
     out = [HEADER, "# Study file keys\n",
            "Every key a study file accepts, generated from the pydantic models that validate it "
            "(`StudyFile` and its tables). Unknown keys are errors. What the keys mean and how "
            "they work together: [The study file](../study-file.md).\n",
-           "## Top level\n", table(["key", "type", "default", "bounds", "help"], top_rows)]
+           "## Top level\n", top]
     for key, model in sections:
-        out.append(f"## `[{key}]`\n")
-        if first_paragraph(model):
-            out.append(first_paragraph(model) + "\n")
         text, nested = model_table(model, key)
-        out.append(text)
+        out += [f"## `[{key}]`\n", first_paragraph(model) + "\n", text]
         for where, sub in nested:
-            out.append(f"### `{where}`\n")
-            if first_paragraph(sub):
-                out.append(first_paragraph(sub) + "\n")
-            out.append(model_table(sub, where)[0])
+            out += [f"### `{where}`\n", first_paragraph(sub) + "\n", model_table(sub, where)[0]]
     out += [_space_section(), _genome_section(), _metrics_section()]
-    return "\n".join(out)
+    return "\n".join(part for part in out if part.strip())  # no blank for a missing docstring
 
 
 def _space_section() -> str:
@@ -285,18 +270,11 @@ def _genome_section() -> str:
     for name, family in spaces.FAMILIES.items():
         out.append(f"### `family = \"{name}\"`\n")
         out.append(first_paragraph(family) + "\n")
-        fields = {f.name: f for f in dataclasses.fields(family)}
-        rows = [[f"`{key}`", type_name(fields[key].type if not isinstance(fields[key].type, str)
-                                       else _resolve(family, key)), code(fields[key].default)]
+        fields, hints = {f.name: f for f in dataclasses.fields(family)}, get_type_hints(family)
+        rows = [[f"`{key}`", type_name(hints[key]), code(fields[key].default)]
                 for key in family.OPTIONS]
         out.append(table(["option", "type", "default"], rows))
     return "\n".join(out)
-
-
-def _resolve(cls: type, key: str) -> Any:
-    import typing
-
-    return typing.get_type_hints(cls)[key]
 
 
 def _metrics_section() -> str:
@@ -396,9 +374,12 @@ def _param_rows(params: list[Any]) -> list[list[str]]:
             name = f"`{p.metavar or p.name.upper()}`"
         else:
             name = ", ".join(f"`{o}`" for o in [*p.opts, *p.secondary_opts])
-        ann = p.type_descriptor.annotation
-        kind = "path" if ann is Path else type_name(ann)
-        kind += "".join(f", {sign} {v}" for sign, v in ((">=", p.min), ("<=", p.max))
+        # typer >= 0.29 keeps the annotation (older ones: a click type with its name)
+        ann = getattr(getattr(p, "type_descriptor", None), "annotation", None)
+        kind = "path" if ann is Path else type_name(ann) if ann else p.type.name
+        limits = p if hasattr(p, "min") else p.type
+        kind += "".join(f", {sign} {v}" for sign, v in ((">=", getattr(limits, "min", None)),
+                                                         ("<=", getattr(limits, "max", None)))
                         if v is not None)
         if p.required:
             dflt = "required"
