@@ -343,7 +343,7 @@ class Driver:
         if limit is not None:
             # MPI jobs stop themselves at trial_timeout; this catches function objectives and
             # a worker that stopped answering.
-            grace = 0.0 if self.sf.objective is not None else 30.0
+            grace = 30.0 if self.sf.trains_on_mpi else 0.0
             now = time.monotonic()
             for f in [f for f, r in running.items() if now - r.started > limit + grace]:
                 f.cancel()

@@ -20,17 +20,17 @@ def digits(val_fraction: float = 0.2) -> tuple[TensorDataset, TensorDataset]:
     return TensorDataset(x[fit], y[fit]), TensorDataset(x[val], y[val])
 
 
-def train(session) -> None:  # noqa: ANN001 - a training.Session
-    p, device = session.params, session.device
+def train(session) -> None:  # noqa: ANN001  # detol: a training.Session
+    p, device = session.params, session.device  # detol
     train_set, val_set = digits()
     model = nn.Sequential(nn.Linear(64, p["hidden"]), nn.ReLU(), nn.Linear(p["hidden"], 10))
     opt = torch.optim.SGD(model.parameters(), lr=p["lr"], momentum=0.9)
     model, opt = session.wrap(model.to(device), opt, algorithm="sync")  # detol
     state, start = session.load_checkpoint(), 1  # detol
-    if state is not None:  # a paused trial, promoted: go on where it stopped
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["opt"])
-        start = state["epoch"] + 1
+    if state is not None:  # detol: a paused trial, promoted, goes on where it stopped
+        model.load_state_dict(state["model"])  # detol
+        opt.load_state_dict(state["opt"])  # detol
+        start = state["epoch"] + 1  # detol
     loader = session.shard(train_set, batch_size=64)  # detol
     val_loader = session.shard(val_set, batch_size=256, shuffle=False)  # detol
     loss_fn = nn.CrossEntropyLoss()
@@ -50,6 +50,6 @@ def train(session) -> None:  # noqa: ANN001 - a training.Session
         decision = session.report(epoch, metrics)  # detol
         if decision == "pause":  # detol
             session.save_checkpoint({"model": model.state_dict(), "opt": opt.state_dict(),  # detol
-                                     "epoch": epoch})
+                                     "epoch": epoch})  # detol
         if decision != "continue":  # detol
-            return
+            return  # detol
