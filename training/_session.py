@@ -185,16 +185,19 @@ class Session:
         if self.start_epoch is None:
             self.start_epoch = epoch
         payload: Any = None
+        error: Exception | None = None
         if self.rank == 0:
             try:
                 row = self._row(epoch, metrics)
                 self.history.append(row)
                 payload = self._reporter.decide(epoch, row)
-            except Exception as exc:  # noqa: BLE001 - every rank raises rank 0's error
-                payload = exc
+            except Exception as exc:  # noqa: BLE001 - every rank fails with rank 0's error
+                error, payload = exc, ("error", f"{type(exc).__name__}: {exc}")
         payload = self._ctrl.bcast(payload, root=0)  # waits for rank 0's storage round trip
-        if isinstance(payload, Exception):
-            raise payload  # rank 0's error (a copy elsewhere): the trial fails with it
+        if error is not None:
+            raise error
+        if isinstance(payload, tuple):
+            raise RuntimeError(f"report(epoch={epoch}) failed on rank 0: {payload[1]}")
         self.decision = payload
         if payload == PAUSE and self._checkpointer is None:
             self.decision = STOP  # nothing to resume from: a pause is a stop
