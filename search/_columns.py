@@ -77,7 +77,7 @@ def objective_kind(study: optuna.Study) -> str:
     if not config:
         return "other"
     objective = config.get("objective")
-    if objective is None:
+    if objective is None or str(objective).startswith("mpi:"):  # built-in trainer, own loop
         return "training"
     return "table" if is_benchmark(str(objective)) else "function"
 

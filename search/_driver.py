@@ -150,15 +150,25 @@ class Driver:
             trial.set_user_attr("exit_reason", duplicate)
             self.study.tell(trial, state=TrialState.FAIL)
             return None
-        if self.sf.objective is not None:
+        if not self.sf.trains_on_mpi:
             return self._submit_function(trial, counts)
         resume = attrs.get(RESUME_FROM_ATTR) if self.checkpoints is not None else None
         ask_time = time.time()
+        own_loop = None
         try:
             params = self.space.suggest(trial)
             genome = params.pop("genome", None)
-            config = self.sf.training.with_params(params)
-            if genome is not None:
+            if self.sf.own_loop is not None:  # the user's params are theirs; ranks is ours too
+                config = self.sf.training.with_params(
+                    {k: v for k, v in params.items() if k == "ranks"})
+                if genome is not None:
+                    record_genome(trial, genome)
+                    params["genome"] = genome.to_dict()
+                own_loop = {"function": self.sf.own_loop, "params": params,
+                            "sys_path": [os.getcwd()]}
+            else:
+                config = self.sf.training.with_params(params)
+            if genome is not None and own_loop is None:
                 config = config.model_validate({**config.model_dump(), "genome": genome.to_dict()})
                 record_genome(trial, genome)
             if resume is not None:
@@ -182,6 +192,7 @@ class Driver:
             warm=self.sf.launcher.warm,
             checkpoints=self.checkpoints,
             resume_from=str(resume["id"]) if resume is not None else None,
+            own_loop=own_loop,
         )
         future = self.client.submit(
             run_trial_on_worker,
@@ -332,7 +343,7 @@ class Driver:
         if limit is not None:
             # MPI jobs stop themselves at trial_timeout; this catches function objectives and
             # a worker that stopped answering.
-            grace = 0.0 if self.sf.objective is not None else 30.0
+            grace = 30.0 if self.sf.trains_on_mpi else 0.0
             now = time.monotonic()
             for f in [f for f, r in running.items() if now - r.started > limit + grace]:
                 f.cancel()

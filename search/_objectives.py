@@ -14,6 +14,10 @@ raises :class:`Pruned` when the study's pruner stops the trial::
             report(epoch, loss)
         return loss
 
+``objective = "mpi:package.module:train"`` runs ``train(session)``, a training loop of the
+user's own, on ``[training] ranks`` MPI ranks like a trial of the built-in trainer (see
+:class:`training.Session` and docs/own-loop.md).
+
 ``objective = "nb201:cifar10"`` looks the cell up in the NAS-Bench-201 table (one random
 seed's value, as a noisy training run would give) and advances a simulated clock by the
 table's training time (see :mod:`search._nb201`). ``objective = "simulated:sweep"`` is a
@@ -36,6 +40,7 @@ from typing import Any
 
 # Built-in benchmark objectives: prefix -> (module, the names after the colon it accepts).
 BENCHMARKS: dict[str, str] = {"nb201": "search._nb201", "simulated": "search._workload"}
+OWN_LOOP = "mpi"  # objective = "mpi:package.module:train": train(session) on MPI ranks
 _FUNCTION = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 
 
@@ -46,6 +51,9 @@ class Pruned(Exception):  # noqa: N818 - reads as the outcome, like optuna.Trial
 def check_objective(text: str) -> None:
     """Raise ValueError (one line) unless ``text`` names a benchmark or an importable function."""
     prefix, sep, rest = text.partition(":")
+    if prefix == OWN_LOOP:  # mpi:package.module:train, a loop of the user's own on MPI ranks
+        check_own_loop(rest)
+        return
     if not sep or not rest:
         raise ValueError(
             f"{text!r} is neither 'package.module:function' nor a benchmark like 'nb201:cifar10'"
@@ -62,6 +70,26 @@ def check_objective(text: str) -> None:
     if not _FUNCTION.match(text):
         raise ValueError(f"{text!r} is not 'package.module:function'")
     resolve(text)
+
+
+def check_own_loop(text: str) -> None:
+    """ValueError (one line) unless ``text`` names an importable ``train(session)``."""
+    if not _FUNCTION.match(text):
+        raise ValueError(f"'mpi:{text}' is not 'mpi:package.module:function' (a loop of your "
+                         "own: def function(session))")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    from training._own_loop import resolve_train  # torch-free: imports the user's module only
+
+    resolve_train(text)
+
+
+def own_loop(text: str | None) -> str | None:
+    """``"package.module:train"`` of ``objective = "mpi:package.module:train"``, else None."""
+    if text is None:
+        return None
+    prefix, _, rest = text.partition(":")
+    return rest if prefix == OWN_LOOP else None
 
 
 def resolve(text: str) -> Callable[..., Any]:

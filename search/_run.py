@@ -216,6 +216,8 @@ def what_a_trial_is(sf: StudyFile) -> str:
 
     if is_benchmark(sf.objective):
         return f"table lookups of {sf.objective} (simulated training time)"
+    if sf.own_loop is not None:
+        return f"{sf.own_loop}(session) on {sf.max_ranks} MPI rank(s) each"
     if sf.objective is not None:
         return f"calls of {sf.objective} on Dask workers"
     ranks = f"{sf.training.ranks}-rank"

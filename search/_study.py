@@ -48,7 +48,7 @@ CHANGES_ATTR = "detol:study_changes"  # the accepted changes, one entry per run 
 # trial's value means: refused.
 _HOW_TO_RUN = ("name", "storage", "budget.", "cluster.", "launcher.", "checkpoints.",
                "training.threads_per_rank",
-               "training.bucket_kb", "training.mpi_async_progress")
+               "training.bucket_kb", "training.mpi_async_progress", "training.agree_timeout_s")
 _DECIDERS = ("strategy.", "pruner.")
 
 

@@ -24,7 +24,7 @@ from pydantic_core import ErrorDetails
 
 import spaces
 from search._errors import StudyError, plain, pydantic_message, words
-from search._objectives import benchmark_space_check, check_objective, is_benchmark
+from search._objectives import benchmark_space_check, check_objective, is_benchmark, own_loop
 from search._registry import (
     MULTI_OBJECTIVE_PRUNERS,
 )
@@ -54,6 +54,7 @@ class StudyFile(_Strict):
     name: str
     # None: every trial trains [training] as an MPI job. "nb201:cifar10": a benchmark table
     # answers. "package.module:function": a Python function of the parameters, on a Dask worker.
+    # "mpi:package.module:train": a training loop of the user's own, on [training] ranks.
     objective: str | None = None
     metric: str | list[str] = "val_accuracy"
     direction: str | list[str] | None = None
@@ -193,7 +194,13 @@ class StudyFile(_Strict):
                     'others dominate at the same epoch) or "none"',
                 )
             )
-        if self.objective is not None:
+        if self.own_loop is not None:
+            if self.checkpoints.every:
+                problems.append(StudyError(
+                    "checkpoints.every", "an own loop saves when train() calls "
+                    "session.save_checkpoint: remove checkpoints.every",
+                ))
+        elif self.objective is not None:
             if self.pruner.promote:
                 problems.append(StudyError(
                     "pruner.promote",
@@ -255,8 +262,21 @@ class StudyFile(_Strict):
             raise StudyError("space.genome", str(exc)) from None
 
     @property
+    def own_loop(self) -> str | None:
+        """``package.module:train`` of ``objective = "mpi:package.module:train"``, else None."""
+        return own_loop(self.objective)
+
+    @property
+    def trains_on_mpi(self) -> bool:
+        """Whether trials are MPI jobs: the built-in trainer, or an own loop."""
+        return self.objective is None or self.own_loop is not None
+
+    @property
     def checkpointing(self) -> bool:
-        """Whether trials write checkpoints: every N epochs, or to pause (promotion)."""
+        """Whether trials write checkpoints: every N epochs, or to pause (promotion). An own
+        loop always has a store: it saves when it calls session.save_checkpoint."""
+        if self.own_loop is not None:
+            return True
         return self.objective is None and (self.checkpoints.every > 0 or self.pruner.promote)
 
     @property
@@ -277,7 +297,7 @@ class StudyFile(_Strict):
 
     @property
     def max_ranks(self) -> int:
-        if self.objective is not None:
+        if not self.trains_on_mpi:
             return 1
         return max([*self.rank_choices, self.training.ranks])
 

@@ -77,6 +77,10 @@ class TrainConfig(BaseModel):
     cell_stages: int = Field(2, ge=1, le=4, description="cell genomes: stages")
     cells_per_stage: int = Field(1, ge=1, le=5, description="cell genomes: cells per stage")
     threads_per_rank: int = Field(1, ge=1)
+    agree_timeout_s: float = Field(
+        20.0, gt=0, description="own loop: how long ranks wait for each other in a session "
+        "call (report, save_checkpoint, the end of train) before the trial fails",
+    )
 
     @field_validator("genome")
     @classmethod

@@ -27,6 +27,9 @@ class TrialSpec:
     warm: bool = False  # run on a warm pool of ranks (training._warm_pool) instead of a fresh job
     checkpoints: dict[str, Any] | None = None  # training._checkpoint.CheckpointPlan as JSON
     resume_from: str | None = None  # artifact id of the checkpoint this trial continues from
+    # A user's own loop (training._own_loop): {"function": "pkg.mod:train", "params": {...},
+    # "sys_path": [...]}; None: the built-in trainer trains ``config``.
+    own_loop: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

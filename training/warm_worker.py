@@ -147,7 +147,8 @@ def serve_one(ctrl: Any, message: dict[str, Any]) -> dict[str, Any] | None:
     spec = TrialSpec.from_json(message["spec"])
     try:  # set-up: no collectives, so every rank reaches the agreement below
         config = TrainConfig.model_validate(spec.config)
-        data = load_dataset(config.dataset, config.val_fraction)
+        if spec.own_loop is None:  # an own loop reads its data itself
+            data = load_dataset(config.dataset, config.val_fraction)
     except BaseException as exc:  # noqa: BLE001 - any error fails this trial only
         error = _error_text(exc, rank)
         _write_error(error_dir, rank, error)

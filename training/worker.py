@@ -63,6 +63,14 @@ def train_spec(spec: Any, config: Any, comm: Any, data: Any = None) -> dict[str,
     from training._trainer import Trainer
 
     check_rank_count(comm, config.ranks, spec.launcher)
+    if spec.own_loop is not None:  # the user's loop, with a training.Session
+        from training._own_loop import run_own_loop
+
+        own = run_own_loop(spec, config, comm)
+        if own is None:
+            return None
+        return {**own, "ranks": comm.size, "mpi_thread_level": thread_level(),
+                "finish_time": time.time()}
     reporter = None
     if comm.rank == 0 and spec.storage_url and spec.trial_id is not None:
         reporter = OptunaReporter(

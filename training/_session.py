@@ -1,0 +1,277 @@
+"""The session a user's own training loop gets: ``objective = "mpi:package.module:train"``.
+
+``train(session)`` runs on every rank of the trial's MPI job. The distributed parts are a few
+explicit calls; model, data and loop stay the user's::
+
+    def train(session):
+        model = Net(session.params["hidden"]).to(session.device)
+        opt = torch.optim.SGD(model.parameters(), lr=session.params["lr"])
+        model, opt = session.wrap(model, opt, algorithm="sync")
+        loader = session.shard(train_set, batch_size=64)
+        for epoch in range(1, 11):
+            for x, y in loader:
+                opt.zero_grad()
+                loss_fn(model(x), y).backward()
+                opt.step()
+            if session.report(epoch, {"val_accuracy": evaluate(model)}) != "continue":
+                return
+
+Every rank makes the same ``report`` and ``save_checkpoint`` calls; ranks that do not fail the
+trial within ``agree_timeout_s`` with the reason (:mod:`training._agreement`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from mpi4py import MPI
+
+from training._agreement import FINISH, REPORT, SAVE, RankDisagreement, agree
+from training._reporting import CONTINUE, PAUSE, STOP, Decision, NullReporter, Reporter
+from training._shard import ShardBatches
+from training._trainer import pick_device
+from training._wrap import DistributedOptimizer, wrap
+
+DEFAULT_AGREE_TIMEOUT_S = 20.0
+
+
+class Session:
+    """One trial of a user's own loop, on every rank of its MPI job.
+
+    Attributes: ``params`` (the trial's searched parameters), ``epochs`` (``[training]
+    epochs``, the last epoch the pruner expects), ``rank``, ``size``, ``device`` (CUDA when
+    present, one per local rank, else CPU) and ``comm`` (the mpi4py communicator of the
+    trial's ranks, for collectives of your own). Made by detol, not by the user.
+    """
+
+    def __init__(
+        self,
+        *,
+        comm: MPI.Comm,
+        params: Mapping[str, Any] | None = None,
+        reporter: Reporter | None = None,
+        checkpointer: Any = None,
+        resume_from: str | None = None,
+        identity: dict[str, Any] | None = None,
+        objectives: list[str] | None = None,
+        agree_timeout_s: float = DEFAULT_AGREE_TIMEOUT_S,
+        epochs: int = 10,
+        control: MPI.Comm | None = None,
+    ) -> None:
+        if not agree_timeout_s > 0:
+            raise ValueError(f"agree_timeout_s must be > 0, got {agree_timeout_s!r}")
+        self.comm = comm
+        self.params: dict[str, Any] = dict(params or {})
+        self.rank: int = comm.rank
+        self.size: int = comm.size
+        self.device: torch.device = pick_device(comm)
+        self.epochs = epochs  # [training] epochs: what the study's pruner takes as the last
+        self.agree_timeout_s = agree_timeout_s
+        self._ctrl = control if control is not None else comm.Dup()  # only session calls
+        self._reporter: Reporter = reporter if reporter is not None else NullReporter()
+        self._checkpointer = checkpointer
+        self._identity = identity if identity is not None else {"params": self.params}
+        self._objectives = list(objectives or [])
+        self._started = time.perf_counter()
+        self._spent_before = 0.0  # training seconds of the segments before a resume
+        self.history: list[dict[str, float]] = []
+        self.reports = 0
+        self.last_epoch = 0
+        self.start_epoch: int | None = None
+        self.decision: Decision = CONTINUE
+        self.saved_after: int | None = None  # the report count at the newest checkpoint
+        self.checkpoint: dict[str, Any] | None = None  # rank 0: {"id", "epoch"} of the newest
+        self._optimizers: list[DistributedOptimizer] = []
+        self._broken: str | None = None
+        self._resumed: tuple[dict[str, Any], dict[str, Any]] | None = None
+        if resume_from is not None:
+            if checkpointer is None:
+                raise ValueError("resume_from is set but the trial has no checkpoint store")
+            self._resumed = checkpointer.load(resume_from, self._identity)  # waits for rank 0
+            header = self._resumed[0]
+            self.history = list(header["history"])
+            self._spent_before = float(header["train_time_s"])
+            self.last_epoch = int(header["epoch"])
+            self.start_epoch = self.last_epoch + 1
+
+    # -- data ---------------------------------------------------------------------------
+    def sampler(
+        self, dataset: Any, batch_size: int, *, shuffle: bool = True, seed: int = 0
+    ) -> ShardBatches:
+        """This rank's local batches of every epoch, for ``DataLoader(dataset,
+        batch_sampler=...)``. ``batch_size`` is the global batch, split across ranks; every
+        sample is read exactly once per epoch across ranks; the epoch advances at each pass."""
+        n = dataset if isinstance(dataset, int) else len(dataset)
+        return ShardBatches(n, batch_size=batch_size, rank=self.rank, size=self.size,
+                            shuffle=shuffle, seed=seed, epoch=self.last_epoch + 1)
+
+    def shard(
+        self,
+        dataset: Any,
+        batch_size: int,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        **loader: Any,
+    ) -> torch.utils.data.DataLoader:
+        """A ``DataLoader`` over this rank's share of ``dataset`` (see :meth:`sampler`).
+        ``loader`` goes to the DataLoader (``num_workers`` defaults to 0: forked loader
+        workers under MPI crash or hang on some MPIs; ``pin_memory`` is on for CUDA)."""
+        loader.setdefault("pin_memory", self.device.type == "cuda")
+        return torch.utils.data.DataLoader(
+            dataset, batch_sampler=self.sampler(dataset, batch_size, shuffle=shuffle, seed=seed),
+            **loader,
+        )
+
+    # -- model and optimizer ----------------------------------------------------------------
+    def wrap(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        algorithm: str = "sync",
+        **options: Any,
+    ) -> tuple[torch.nn.Module, DistributedOptimizer]:
+        """``model`` with rank 0's weights on every rank and ``optimizer`` wrapped with one of
+        our algorithms ("sync", "asgd", "localsgd", "simuparallel"); ``options``:
+        ``send_every`` (asgd), ``local_steps`` (localsgd), ``bucket_kb`` (sync), ``seed``.
+        Collective: call it on every rank. Wrap before restoring a checkpoint."""
+        model, opt = wrap(model, optimizer, self.comm, algorithm, **options)
+        self._optimizers.append(opt)
+        return model, opt
+
+    def mean(self, metrics: Mapping[str, float], weight: float = 1.0) -> dict[str, float]:
+        """Each metric's mean over the ranks, weighted by ``weight`` (e.g. this rank's sample
+        count). Collective: call it on every rank, with the same names."""
+        names = sorted(metrics)
+        buf = np.array([float(metrics[k]) * weight for k in names] + [float(weight)], np.float64)
+        self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)  # waits for all ranks
+        total = buf[-1] if buf[-1] else 1.0
+        return {k: float(v / total) for k, v in zip(names, buf[:-1], strict=True)}
+
+    # -- control calls (every rank, same order) ---------------------------------------------
+    def _check(self) -> None:
+        if self._broken is not None:
+            raise RankDisagreement(self._broken)
+
+    def _agree(self, call: int, number: int, epoch: int) -> None:
+        self._check()
+        try:
+            agree(self._ctrl, call, number, epoch, self.agree_timeout_s)
+        except RankDisagreement as exc:
+            self._broken = str(exc)  # swallowed by the loop or not, the trial fails
+            raise
+
+    def report(self, epoch: int, metrics: Mapping[str, float]) -> Decision:
+        """Record ``metrics`` for ``epoch`` (rank 0's count); returns the pruner's decision,
+        the same on every rank: "continue", "stop" (pruned: return) or "pause" (save a
+        checkpoint, then return; the trial may be resumed from it). Every rank calls it."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int | np.integer):
+            raise TypeError(f"report: epoch must be an int, got {epoch!r}")
+        epoch = int(epoch)
+        if self._resumed is not None and epoch <= int(self._resumed[0]["epoch"]):
+            raise ValueError(
+                f"report(epoch={epoch}): this trial resumed from the checkpoint of epoch "
+                f"{self._resumed[0]['epoch']}; continue from session.load_checkpoint() and "
+                "report the epochs after it"
+            )
+        self._agree(REPORT, self.reports + 1, epoch)  # waits for all ranks (bounded)
+        self.reports += 1
+        self.last_epoch = epoch
+        if self.start_epoch is None:
+            self.start_epoch = epoch
+        payload: Any = None
+        error: Exception | None = None
+        if self.rank == 0:
+            try:
+                row = self._row(epoch, metrics)
+                self.history.append(row)
+                payload = self._reporter.decide(epoch, row)
+            except Exception as exc:  # noqa: BLE001 - every rank fails with rank 0's error
+                error, payload = exc, ("error", f"{type(exc).__name__}: {exc}")
+        payload = self._ctrl.bcast(payload, root=0)  # waits for rank 0's storage round trip
+        if error is not None:
+            raise error
+        if isinstance(payload, tuple):
+            raise RuntimeError(f"report(epoch={epoch}) failed on rank 0: {payload[1]}")
+        self.decision = payload
+        if payload == PAUSE and self._checkpointer is None:
+            self.decision = STOP  # nothing to resume from: a pause is a stop
+        return self.decision
+
+    def _row(self, epoch: int, metrics: Mapping[str, float]) -> dict[str, float]:
+        if not isinstance(metrics, Mapping):
+            raise TypeError(f"report(epoch={epoch}, metrics): metrics must be a dict of "
+                            f"numbers, got {type(metrics).__name__}")
+        missing = [m for m in self._objectives if m not in metrics]
+        if missing:
+            raise ValueError(
+                f"report(epoch={epoch}) has no {', '.join(map(repr, missing))}, the study's "
+                f"metric (reported: {sorted(metrics) or 'nothing'})"
+            )
+        row: dict[str, float] = {"epoch": float(epoch)}
+        for key, value in metrics.items():
+            try:
+                row[str(key)] = float(value)
+            except (TypeError, ValueError):
+                raise TypeError(f"report(epoch={epoch}): metric {key!r} is {value!r}, "
+                                "not a number") from None
+        row.setdefault("train_time_s", self._spent_before + time.perf_counter() - self._started)
+        return row
+
+    def save_checkpoint(self, state: Mapping[str, Any]) -> None:
+        """Save ``state`` (this rank's: tensors, numbers, strings, lists, dicts) as the trial's
+        checkpoint of the last reported epoch, in the study's artifact store. Every rank calls
+        it (each rank's state is kept, and restored on the same rank)."""
+        if self._checkpointer is None:
+            raise RuntimeError("save_checkpoint: this trial has no checkpoint store (run it "
+                               "through `search run`, which gives every own-loop trial one)")
+        if not isinstance(state, Mapping):
+            raise TypeError(f"save_checkpoint(state): state must be a dict, got "
+                            f"{type(state).__name__}")
+        self._agree(SAVE, self.reports, self.last_epoch)  # waits for all ranks (bounded)
+        header = {"epoch": self.last_epoch, "ranks": self.size, "config": self._identity,
+                  "history": self.history, "train_time_s": self.train_time_s()}
+        artifact = self._checkpointer.save(header, dict(state))  # waits for all ranks
+        self.saved_after = self.reports
+        if self.rank == 0:
+            self.checkpoint = {"id": artifact, "epoch": self.last_epoch}
+
+    def load_checkpoint(self) -> dict[str, Any] | None:
+        """This rank's state of the checkpoint this trial resumes from (a pause promoted, a
+        retry), else None. Read once when the session starts: calling it costs nothing."""
+        return None if self._resumed is None else self._resumed[1]
+
+    # -- the end ----------------------------------------------------------------------------
+    def train_time_s(self) -> float:
+        return self._spent_before + time.perf_counter() - self._started
+
+    def finish(self) -> None:
+        """After ``train`` returned on this rank: agree that every rank is done, then end the
+        algorithms (asgd, localsgd and simuparallel average the weights)."""
+        self._agree(FINISH, self.reports, self.last_epoch)  # waits for all ranks (bounded)
+        for opt in self._optimizers:
+            opt.algorithm.finish()  # waits for all ranks (except sync)
+        self._ctrl.Free()
+
+    def outcome(self) -> tuple[str, str]:
+        """(state, reason) of the trial from the decisions made."""
+        if not self.reports:
+            return "failed", "train() returned without calling session.report: no values"
+        last = self.last_epoch
+        if self.decision == STOP:
+            return "pruned", f"pruned after epoch {last}"
+        if self.decision == PAUSE:
+            if self.saved_after == self.reports:
+                return "paused", f"paused after epoch {last}"
+            return "pruned", (f"pruned after epoch {last}: the pruner paused it but train() "
+                              "returned without session.save_checkpoint")
+        values = {k: v for k, v in self.history[-1].items() if k != "epoch"} if self.history else {}
+        bad = sorted(k for k in self._objectives if not math.isfinite(values.get(k, 0.0)))
+        if bad:
+            return "failed", f"diverged: {', '.join(bad)} not finite at epoch {last}"
+        return "complete", f"completed: {self.reports} report(s), last epoch {last}"
