@@ -8,10 +8,14 @@ The driver-side surface is :mod:`training.contract` (what both sides share) and
 
 from training._config import METRICS, SEARCHABLE, TrainConfig
 from training._data import DATASETS, Dataset, load_dataset
+from training._plugins import DataInfo, TorchDatasets, build_genome_module
 from training._spec import TrialSpec
 
 __all__ = [
     "DATASETS",
+    "DataInfo",
+    "TorchDatasets",
+    "build_genome_module",
     "METRICS",
     "SEARCHABLE",
     "Dataset",

@@ -1,0 +1,210 @@
+"""Data is read, not copied: every split is a map-style dataset read through a ``DataLoader``,
+and each rank reads only its share of every epoch.
+
+- sync (and batch): :class:`GlobalBatchSlices` yields this rank's slice ``batch[rank::size]``
+  of each global batch of the epoch's permutation ``default_rng([seed, epoch])``;
+- asgd, localsgd, simuparallel on several ranks: :class:`ClaimedBatches` yields the local
+  batches this rank claims (:mod:`training._claims`), so a fast rank reads more;
+- validation and test: a strided shard ``range(rank, n, size)``; metrics are summed weighted by
+  samples and reduced over ranks, so P ranks report what one rank would.
+
+The built-in datasets (and a user's ``training.Dataset`` of arrays) are :class:`InMemory`: two
+tensors indexed a whole batch at a time (``__getitems__``), no per-sample work.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sized
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Sampler, default_collate
+
+from training._claims import BatchClaims
+from training._config import TrainConfig
+from training._data import DATASETS, Dataset
+from training._plugins import DataInfo, PluginError, TorchDatasets, resolve
+
+# Forked loader workers under MPI: see docs/user-models.md ("Loader workers"); a fresh
+# interpreter per worker (forkserver) never inherits MPI's state.
+WORKER_CONTEXT = "forkserver"
+
+
+class InMemory(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """Arrays held in memory, as a map-style dataset that also fetches whole batches."""
+
+    def __init__(self, x: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor) -> None:
+        self.x = torch.as_tensor(x)
+        self.y = torch.as_tensor(y)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x[i], self.y[i]
+
+    def __getitems__(self, rows: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        index = torch.as_tensor(rows, dtype=torch.long)
+        if self.x.device.type != "cpu":
+            index = index.to(self.x.device)
+        return self.x[index], self.y[index]
+
+    def to(self, device: torch.device) -> InMemory:
+        return InMemory(self.x.to(device), self.y.to(device))
+
+
+def _passthrough(batch: Any) -> Any:
+    return batch
+
+
+def collate(samples: list[Any]) -> Any:
+    """torch's default collation; an empty local batch (sync: fewer rows than ranks) is None."""
+    return default_collate(samples) if samples else None
+
+
+@dataclass
+class TrainData:
+    """The trial's splits as map-style datasets and what a model builder is told about them."""
+
+    info: DataInfo
+    train: Any
+    val: Any
+    test: Any | None
+
+    @property
+    def in_memory(self) -> bool:
+        return isinstance(self.train, InMemory)
+
+
+def _outputs_of(y: np.ndarray | torch.Tensor) -> int:
+    return 1 if y.ndim <= 1 else int(np.prod(y.shape[1:]))
+
+
+def _from_arrays(ds: Dataset, task: str) -> TrainData:
+    ytype = np.float32 if task == "regression" else np.int64
+    split = [InMemory(x, np.asarray(y).astype(ytype, copy=False)) for x, y in (
+        (ds.x_train, ds.y_train), (ds.x_val, ds.y_val), (ds.x_test, ds.y_test))]
+    info = DataInfo(
+        input_shape=tuple(int(s) for s in ds.x_train.shape[1:]),
+        n_classes=int(ds.n_classes) if task == "classification" else None,
+        n_targets=_outputs_of(ds.y_train) if task == "regression" else None,
+        task=task,
+        n_train=len(ds.x_train),
+    )
+    return TrainData(info, split[0], split[1], split[2] if len(ds.x_test) else None)
+
+
+def _from_torch(ds: TorchDatasets, task: str) -> TrainData:
+    x0, y0 = ds.train[0]
+    shape = ds.input_shape or tuple(int(s) for s in torch.as_tensor(x0).shape)
+    n_classes = n_targets = None
+    if task == "classification":
+        n_classes = ds.n_classes
+        if n_classes is None and hasattr(ds.train, "classes"):
+            n_classes = len(ds.train.classes)
+        if n_classes is None:
+            raise PluginError("training.dataset", "cannot tell the number of classes: pass "
+                              "TorchDatasets(..., n_classes=N) or give the train set .classes")
+    else:
+        n_targets = ds.n_targets or int(torch.as_tensor(y0).numel())
+    info = DataInfo(input_shape=shape, n_classes=n_classes, n_targets=n_targets, task=task,
+                    n_train=len(ds.train))
+    return TrainData(info, ds.train, ds.val, ds.test)
+
+
+def load_train_data(config: TrainConfig) -> TrainData:
+    """The trial's data: a built-in set, or the ``dataset`` plug-in's arrays or torch datasets."""
+    if config.dataset in DATASETS:
+        return _from_arrays(DATASETS[config.dataset](config.val_fraction), config.task)
+    func = config.dataset.partition(":")[2]
+    got = resolve("training.dataset", config.dataset)(config.val_fraction)
+    if isinstance(got, Dataset):
+        return _from_arrays(got, config.task)
+    if isinstance(got, TorchDatasets):
+        return _from_torch(got, config.task)
+    raise PluginError("training.dataset", f"{func}() returned {type(got).__name__}, expected "
+                      "training.Dataset or training.TorchDatasets")
+
+
+class GlobalBatchSlices(Sampler[list[int]]):
+    """This rank's rows ``batch[rank::size]`` of every global batch of the epoch's permutation
+    (an empty list when a short last batch has fewer rows than ranks: sync still steps)."""
+
+    def __init__(self, n: int, *, batch_size: int, seed: int, rank: int, size: int) -> None:
+        self.n, self.batch_size, self.seed = n, batch_size, seed
+        self.rank, self.size = rank, size
+        self.epoch = 1
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return -(-self.n // self.batch_size)
+
+    def global_batch(self, i: int) -> int:
+        """Rows of global batch ``i`` (all ranks)."""
+        return min(self.batch_size, self.n - i * self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        order = np.random.default_rng([self.seed, self.epoch]).permutation(self.n)
+        for start in range(0, self.n, self.batch_size):
+            yield order[start + self.rank : start + self.batch_size : self.size].tolist()
+
+
+class ClaimedBatches(Sampler[list[int]]):
+    """The local batches of the epoch's permutation that this rank claims, until none are left.
+    Claims are made as the loader asks for indices (ahead of training with workers)."""
+
+    def __init__(self, n: int, *, batch_size: int, seed: int, claims: BatchClaims) -> None:
+        self.n, self.seed, self.claims = n, seed, claims
+        self.local = max(1, -(-batch_size // claims.comm.size))  # rows per claimed batch
+        self.batches = -(-n // self.local)
+        self.epoch = 1
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.batches  # an upper bound: this rank takes some of them
+
+    def __iter__(self) -> Iterator[list[int]]:
+        order = np.random.default_rng([self.seed, self.epoch]).permutation(self.n)
+        while (i := self.claims.claim(self.batches)) is not None:
+            yield order[i * self.local : (i + 1) * self.local].tolist()
+
+
+class Shard(Sampler[list[int]]):
+    """Evaluation: rows ``range(rank, n, size)`` in batches of ``batch_size``."""
+
+    def __init__(self, n: int, *, batch_size: int, rank: int, size: int) -> None:
+        self.rows = list(range(rank, n, size))
+        self.batch_size = max(1, batch_size)
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.rows) / self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for start in range(0, len(self.rows), self.batch_size):
+            yield self.rows[start : start + self.batch_size]
+
+
+def make_loader(
+    dataset: Sized, sampler: Sampler[list[int]], *, workers: int, device: torch.device
+) -> DataLoader:  # type: ignore[type-arg]
+    """A DataLoader over ``sampler``'s index lists. In-memory sets: no workers, whole-batch
+    indexing; other sets: ``workers`` processes (kept for the whole trial), pinned memory on
+    CUDA."""
+    if isinstance(dataset, InMemory):
+        return DataLoader(dataset, batch_sampler=sampler, collate_fn=_passthrough)
+    return DataLoader(
+        dataset,
+        batch_sampler=sampler,
+        collate_fn=collate,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+        multiprocessing_context=WORKER_CONTEXT if workers > 0 else None,
+        pin_memory=device.type == "cuda",
+    )
