@@ -111,6 +111,7 @@ class Trainer:
         self.algorithm.broadcast_parameters(root=0)  # ... and rank 0's are the ones that count
         self.optimizer = self._make_optimizer()
         self.loss_fn = make_loss(config)  # the batch's mean loss
+        self.sum_loss = make_loss(config, summed=True)  # its sum (the same, scaled)
         self.metrics_fn = make_metrics(config)
         if self.data.in_memory and self.device.type != "cpu":  # small: kept on the device
             self.data.train = self.data.train.to(self.device)
@@ -121,12 +122,14 @@ class Trainer:
         asynchronous = self.algorithm.sync_period() is None and comm.size > 1
         self.claims = BatchClaims(comm) if asynchronous else None
         self.sampler: GlobalBatchSlices | ClaimedBatches
+        arrays = self.data.in_memory  # index arrays for in-memory sets, lists for the rest
         if self.claims is not None:
             self.sampler = ClaimedBatches(self.n_train, batch_size=config.batch_size,
-                                          seed=config.seed, claims=self.claims)
+                                          seed=config.seed, claims=self.claims, arrays=arrays)
         else:
             self.sampler = GlobalBatchSlices(self.n_train, batch_size=config.batch_size,
-                                             seed=config.seed, rank=comm.rank, size=comm.size)
+                                             seed=config.seed, rank=comm.rank, size=comm.size,
+                                             arrays=arrays)
         self.loader = make_loader(self.data.train, self.sampler, workers=config.loader_workers,
                                   device=self.device)
         self.steps = 0
@@ -156,7 +159,7 @@ class Trainer:
         if n:
             x = batch[0].to(self.device, non_blocking=True)
             y = batch[1].to(self.device, non_blocking=True)
-            loss_sum = self.loss_fn(self.model(x), y) * n
+            loss_sum = self.sum_loss(self.model(x), y)
             (loss_sum / divisor).backward()
             local_loss = float(loss_sum.detach())
             self.rows_read += n

@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from _checkpoint_job import checkpointer
 from mpi4py import MPI
 from optuna.artifacts import FileSystemArtifactStore
 
-from _checkpoint_job import checkpointer
 from training._config import TrainConfig
 from training._interface import flat_parameters
 from training._trainer import Trainer
