@@ -15,6 +15,7 @@ tensors indexed a whole batch at a time (``__getitems__``), no per-sample work.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator, Sized
 from dataclasses import dataclass
 from typing import Any
@@ -216,6 +217,11 @@ def make_loader(
     pinned memory on CUDA."""
     if isinstance(dataset, InMemory):
         return InMemoryLoader(dataset, sampler)
+    if workers > 0:
+        # A forkserver worker re-imports the rank's __main__ (training.worker imports mpi4py):
+        # with the rank's PMI variables its MPI_Init fails ("PMI_Init returned -1") and the
+        # worker dies. Workers never use MPI: mpi4py must not initialise there.
+        os.environ["MPI4PY_RC_INITIALIZE"] = "false"
     return DataLoader(
         dataset,
         batch_sampler=sampler,
