@@ -15,6 +15,7 @@ tensors indexed a whole batch at a time (``__getitems__``), no per-sample work.
 from __future__ import annotations
 
 import math
+import multiprocessing
 import os
 from collections.abc import Iterator, Sized
 from dataclasses import dataclass
@@ -32,6 +33,10 @@ from training._plugins import DataInfo, PluginError, TorchDatasets, resolve
 # Forked loader workers under MPI: see docs/user-models.md ("Loader workers"); a fresh
 # interpreter per worker (forkserver) never inherits MPI's state.
 WORKER_CONTEXT = "forkserver"
+# Modules the forkserver imports once, before it forks loader workers: the rank's __main__
+# and the dataset plug-ins' modules (a worker then starts without importing torch and the
+# user's libraries again, and the plug-in's own imports run first, in its order).
+FORKSERVER_PRELOAD: list[str] = ["__main__"]
 
 
 class InMemory(torch.utils.data.Dataset):  # type: ignore[type-arg]
@@ -132,8 +137,10 @@ def load_train_data(config: TrainConfig) -> TrainData:
     """The trial's data: a built-in set, or the ``dataset`` plug-in's arrays or torch datasets."""
     if config.dataset in DATASETS:
         return _from_arrays(DATASETS[config.dataset](config.val_fraction), config.task)
-    func = config.dataset.partition(":")[2]
+    module, _, func = config.dataset.partition(":")
     got = resolve("training.dataset", config.dataset)(config.val_fraction)
+    if module not in FORKSERVER_PRELOAD:
+        FORKSERVER_PRELOAD.append(module)
     if isinstance(got, Dataset):
         return _from_arrays(got, config.task)
     if isinstance(got, TorchDatasets):
@@ -222,6 +229,8 @@ def make_loader(
         # with the rank's PMI variables its MPI_Init fails ("PMI_Init returned -1") and the
         # worker dies. Workers never use MPI: mpi4py must not initialise there.
         os.environ["MPI4PY_RC_INITIALIZE"] = "false"
+        # Takes effect when this process starts its forkserver (its first loader with workers).
+        multiprocessing.get_context(WORKER_CONTEXT).set_forkserver_preload(FORKSERVER_PRELOAD)
     return DataLoader(
         dataset,
         batch_sampler=sampler,
