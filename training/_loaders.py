@@ -15,21 +15,25 @@ tensors indexed a whole batch at a time (``__getitems__``), no per-sample work.
 from __future__ import annotations
 
 import math
+import multiprocessing
 from collections.abc import Iterator, Sized
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler, default_collate
 
-from training._claims import BatchClaims
 from training._config import TrainConfig
 from training._data import DATASETS, Dataset
 from training._plugins import DataInfo, PluginError, TorchDatasets, resolve
 
-# Forked loader workers under MPI: see docs/user-models.md ("Loader workers"); a fresh
-# interpreter per worker (forkserver) never inherits MPI's state.
+if TYPE_CHECKING:  # not at run time: loader workers import this module and must not start MPI
+    from training._claims import BatchClaims
+
+# Loader workers start from a fork server: a fresh Python (no MPI state, unlike a fork of the
+# rank, which MPI libraries do not support) that has imported torch once; each worker is a
+# cheap fork of it. See docs/user-models.md ("Loader workers").
 WORKER_CONTEXT = "forkserver"
 
 
@@ -216,12 +220,17 @@ def make_loader(
     pinned memory on CUDA."""
     if isinstance(dataset, InMemory):
         return InMemoryLoader(dataset, sampler)
+    context = None
+    if workers > 0:
+        context = multiprocessing.get_context(WORKER_CONTEXT)
+        # The server (one per rank, started once) imports these; each worker forks from it.
+        context.set_forkserver_preload(["torch", "training._loaders"])
     return DataLoader(
         dataset,
         batch_sampler=sampler,
         collate_fn=collate,
         num_workers=workers,
         persistent_workers=workers > 0,
-        multiprocessing_context=WORKER_CONTEXT if workers > 0 else None,
+        multiprocessing_context=context,
         pin_memory=device.type == "cuda",
     )
