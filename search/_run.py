@@ -251,7 +251,8 @@ def what_a_trial_is(sf: StudyFile) -> str:
     ranks = f"{sf.training.ranks}-rank"
     if "ranks" in sf.space:
         ranks = f"{min(sf.rank_choices)}-{max(sf.rank_choices)}-rank (searched)"
-    return f"{ranks} MPI jobs ({sf.training.dataset}, {sf.training.epochs} epochs)"
+    model = f"model {sf.training.model}, " if sf.training.model else ""
+    return f"{ranks} MPI jobs ({model}{sf.training.dataset}, {sf.training.epochs} epochs)"
 
 
 def _header(plan: Plan) -> str:

@@ -1,6 +1,10 @@
 """How one candidate trains: offline datasets, the model builder, synchronous data-parallel
 SGD over MPI, the worker program (``python -m training.worker``) and its launcher.
 
+What users bring (``[training] model``, ``dataset``, ``loss``, ``metrics``; see
+docs/user-models.md): :class:`DataInfo` (what a model builder learns about the data),
+:class:`TorchDatasets` (map-style datasets read lazily) and :func:`build_genome_module`.
+
 Importing this package is cheap: torch and mpi4py load only inside the MPI job.
 The driver-side surface is :mod:`training.contract` (what both sides share) and
 :mod:`training.launch` (starting a trial's job).

@@ -19,24 +19,27 @@ import multiprocessing
 import os
 from collections.abc import Iterator, Sized
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler, default_collate
 
-from training._claims import BatchClaims
 from training._config import TrainConfig
 from training._data import DATASETS, Dataset
 from training._plugins import DataInfo, PluginError, TorchDatasets, resolve
 
-# Forked loader workers under MPI: see docs/user-models.md ("Loader workers"); a fresh
-# interpreter per worker (forkserver) never inherits MPI's state.
+if TYPE_CHECKING:  # not at run time: loader workers import this module and must not start MPI
+    from training._claims import BatchClaims
+
+# Loader workers start from a fork server: a fresh Python (no MPI state, unlike a fork of the
+# rank, which MPI libraries do not support) that has imported torch once; each worker is a
+# cheap fork of it. See docs/user-models.md ("Loader workers").
 WORKER_CONTEXT = "forkserver"
-# Modules the forkserver imports once, before it forks loader workers: the rank's __main__
-# and the dataset plug-ins' modules (a worker then starts without importing torch and the
-# user's libraries again, and the plug-in's own imports run first, in its order).
-FORKSERVER_PRELOAD: list[str] = ["__main__"]
+# What the fork server imports once, before it forks workers: torch, this module, and the
+# dataset plug-ins' modules (load_train_data adds them), so a worker imports neither torch nor
+# the user's libraries again, and the plug-in's own imports run first, in its order.
+FORKSERVER_PRELOAD: list[str] = ["torch", "training._loaders"]
 
 
 class InMemory(torch.utils.data.Dataset):  # type: ignore[type-arg]
@@ -224,19 +227,21 @@ def make_loader(
     pinned memory on CUDA."""
     if isinstance(dataset, InMemory):
         return InMemoryLoader(dataset, sampler)
+    context = None
     if workers > 0:
-        # A forkserver worker re-imports the rank's __main__ (training.worker imports mpi4py):
-        # with the rank's PMI variables its MPI_Init fails ("PMI_Init returned -1") and the
-        # worker dies. Workers never use MPI: mpi4py must not initialise there.
+        # A worker still runs the rank's __main__ again (multiprocessing's preparation:
+        # training.worker imports mpi4py), and mpi4py's import would run MPI_Init with the
+        # rank's PMI variables: "PMI_Init returned -1", the worker dies. It never uses MPI.
         os.environ["MPI4PY_RC_INITIALIZE"] = "false"
-        # Takes effect when this process starts its forkserver (its first loader with workers).
-        multiprocessing.get_context(WORKER_CONTEXT).set_forkserver_preload(FORKSERVER_PRELOAD)
+        context = multiprocessing.get_context(WORKER_CONTEXT)
+        # The server (one per rank, started once) imports these; each worker forks from it.
+        context.set_forkserver_preload(FORKSERVER_PRELOAD)
     return DataLoader(
         dataset,
         batch_sampler=sampler,
         collate_fn=collate,
         num_workers=workers,
         persistent_workers=workers > 0,
-        multiprocessing_context=WORKER_CONTEXT if workers > 0 else None,
+        multiprocessing_context=context,
         pin_memory=device.type == "cuda",
     )
