@@ -418,7 +418,8 @@ def worker_straggler(spec: dict[str, Any]) -> dict[str, Any]:
     for epoch in range(1, config.epochs + 1):
         trainer._run_epoch(epoch)
         with trainer.algorithm.consensus():  # waits for all ranks
-            accuracy, loss = trainer.evaluate(trainer.data.x_val, trainer.data.y_val)
+            val = trainer.evaluate(trainer.data.val)
+            accuracy, loss = val["accuracy"], val["loss"]
         curve.append({"epoch": epoch, "time_s": time.perf_counter() - start,
                       "val_accuracy": accuracy, "val_loss": loss})
     cpu = time.process_time() - cpu

@@ -37,7 +37,13 @@ from search._study import (
 from search._study_file import StudyFile, load_study_file
 from search._tables import best_table, objective_names
 from search._warm_start import Source, load_sources
-from training.contract import check_dataset_loads, redact, storage_file
+from training.contract import (
+    PluginError,
+    check_dataset_loads,
+    check_plugins,
+    redact,
+    storage_file,
+)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -91,12 +97,36 @@ def plan_run(study_file: Path, *, storage: str | None, trials: int | None,
     plan.finished = 0 if existing is None else _finished_count(existing)
     if sf.strategy.warm_start:  # an unknown source or one with nothing in common: now
         plan.sources = load_sources(sf, storage=storage_obj, url=url)
-    if sf.objective is None and plan.cluster.backend == "local":
+    if sf.objective is None and (sf.training.plugins or sf.training.task != "classification"):
+        check_trial_plugins(sf)  # in a fresh Python with [launcher] env, on any cluster
+    elif sf.objective is None and plan.cluster.backend == "local":
         try:  # trials here load it here: find out now, not after five failed trials
             check_dataset_loads(sf.training.dataset, sf.launcher.env)
         except ValueError as exc:
             raise StudyError("training.dataset", str(exc)) from None
     return plan
+
+
+def one_trial_config(sf: StudyFile) -> dict[str, Any]:
+    """The training config of one trial this study could run (parameters drawn at random, seed
+    0): what the plug-in check builds."""
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    params = sf.search_space.suggest(study.ask())
+    genome = params.pop("genome", None)
+    config = sf.training.with_params(params)
+    if genome is not None:
+        config = config.model_validate({**config.model_dump(), "genome": genome.to_dict()})
+    return config.model_dump()
+
+
+def check_trial_plugins(sf: StudyFile) -> None:
+    """StudyError naming the key unless the study's plug-ins import, build and run once."""
+    try:
+        check_plugins(one_trial_config(sf), sf.launcher.env, objectives=sf.objectives)
+    except PluginError as exc:
+        raise StudyError(exc.key, exc.message) from None
+    except ValueError as exc:  # a parameter the config refuses: what a trial would fail on
+        raise StudyError("space", f"a sampled trial is invalid: {exc}") from None
 
 
 def validate(plan: Plan) -> list[str]:
@@ -223,7 +253,8 @@ def what_a_trial_is(sf: StudyFile) -> str:
     ranks = f"{sf.training.ranks}-rank"
     if "ranks" in sf.space:
         ranks = f"{min(sf.rank_choices)}-{max(sf.rank_choices)}-rank (searched)"
-    return f"{ranks} MPI jobs ({sf.training.dataset}, {sf.training.epochs} epochs)"
+    model = f"model {sf.training.model}, " if sf.training.model else ""
+    return f"{ranks} MPI jobs ({model}{sf.training.dataset}, {sf.training.epochs} epochs)"
 
 
 def _header(plan: Plan) -> str:

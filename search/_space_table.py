@@ -138,9 +138,13 @@ def _check_parameter(
     name: str, raw: RawDimension, training: TrainConfig | None
 ) -> list[StudyError]:
     where = f"space.{name}"
+    if name not in TrainConfig.model_fields and training is not None and training.takes_free_params:
+        return []  # the user's own parameter: passed to their model and loss in params
     if name not in SEARCHABLE:
         return [
-            StudyError(where, f"not a searchable training parameter (known: {words(SEARCHABLE)})")
+            StudyError(where, f"not a searchable training parameter (known: {words(SEARCHABLE)}; "
+                       "with a [training] model or loss plug-in, any other name goes to its "
+                       "params)")
         ]
     field = TrainConfig.model_fields[name]
     if field.annotation is int and isinstance(raw, _Float):

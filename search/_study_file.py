@@ -88,6 +88,16 @@ class StudyFile(_Strict):
 
     @model_validator(mode="before")
     @classmethod
+    def _regression_metric(cls, data: Any) -> Any:
+        # A regression has no accuracy: its default metric is the validation loss.
+        training = data.get("training") if isinstance(data, dict) else None
+        if (isinstance(training, dict) and training.get("task") == "regression"
+                and "metric" not in data):
+            return {**data, "metric": "val_loss"}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
     def _multi_objective_pruner(cls, data: Any) -> Any:
         # Optuna's pruners judge one objective: several objectives default to "dominated".
         if (isinstance(data, dict) and "pruner" not in data
@@ -123,10 +133,11 @@ class StudyFile(_Strict):
         for m in [v] if isinstance(v, str) else v:
             if not re.fullmatch(r"[A-Za-z_][\w.\-]*", m):
                 problems.append(StudyError("metric", f"{m!r} is not a metric name"))
-            elif "objective" in info.data and info.data["objective"] is None and m not in METRICS:
-                problems.append(
-                    StudyError("metric", f"unknown metric {m!r} (known: {words(METRICS)})")
-                )
+            elif ("objective" in info.data and info.data["objective"] is None
+                  and m not in METRICS and not m.startswith("val_")):
+                problems.append(StudyError("metric", f"unknown metric {m!r} (known: "
+                                           f"{words(METRICS)}, or val_<name> of a metrics "
+                                           "plug-in)"))
         if problems:
             raise StudyError.many(problems)
         return v
@@ -178,6 +189,8 @@ class StudyFile(_Strict):
                 for m in self.objectives
                 if m not in METRICS
             ]
+        if self.objective is None:
+            problems += self._trained_metric_problems()
         if self.direction is not None and len(self.directions) != len(self.objectives):
             problems.append(
                 StudyError(
@@ -229,6 +242,26 @@ class StudyFile(_Strict):
         if problems:
             raise StudyError.many(problems)
         return self
+
+    def _trained_metric_problems(self) -> list[StudyError]:
+        """Metrics a trained trial cannot report with this [training]: accuracy in a regression,
+        a plug-in's ``val_<name>`` without a plug-in or without a direction."""
+        problems = []
+        task = self.training.task
+        for m in self.objectives:
+            if m == "val_accuracy" and task == "regression":
+                problems.append(StudyError("metric", 'a regression (task = "regression") '
+                                           "reports no val_accuracy: use val_loss or val_mae"))
+            elif m == "val_mae" and task != "regression" and self.training.metrics is None:
+                problems.append(StudyError("metric", 'val_mae is reported by task = '
+                                           '"regression" (or a metrics plug-in)'))
+            elif m not in METRICS and self.training.metrics is None:
+                problems.append(StudyError("metric", f"unknown metric {m!r}: val_<name> needs "
+                                           "a [training] metrics plug-in that returns <name>"))
+            elif m not in METRICS and self.direction is None:
+                problems.append(StudyError("direction", f"required for metric {m!r} of the "
+                                           "metrics plug-in: 'maximize' or 'minimize'"))
+        return problems
 
     def _warm_start_problems(self) -> list[StudyError]:
         """What a warm start's sources can be told wrong without opening a storage."""

@@ -1,6 +1,10 @@
 """How one candidate trains: offline datasets, the model builder, synchronous data-parallel
 SGD over MPI, the worker program (``python -m training.worker``) and its launcher.
 
+What users bring (``[training] model``, ``dataset``, ``loss``, ``metrics``; see
+docs/user-models.md): :class:`DataInfo` (what a model builder learns about the data),
+:class:`TorchDatasets` (map-style datasets read lazily) and :func:`build_genome_module`.
+
 Importing this package is cheap: torch and mpi4py load only inside the MPI job.
 The driver-side surface is :mod:`training.contract` (what both sides share) and
 :mod:`training.launch` (starting a trial's job).
@@ -10,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from training._config import METRICS, SEARCHABLE, TrainConfig
 from training._data import DATASETS, Dataset, load_dataset
+from training._plugins import DataInfo, TorchDatasets, build_genome_module
 from training._spec import TrialSpec
 
 if TYPE_CHECKING:
@@ -27,6 +32,9 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "DATASETS",
+    "DataInfo",
+    "TorchDatasets",
+    "build_genome_module",
     "METRICS",
     "SEARCHABLE",
     "Session",

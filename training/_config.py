@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 import spaces
 from training._data import check_dataset_name
+from training._plugins import check_name
 from training._registry import ALGORITHMS
 
 ACTIVATIONS = ("relu", "tanh", "gelu", "silu")
@@ -81,6 +82,47 @@ class TrainConfig(BaseModel):
         20.0, gt=0, description="own loop: how long ranks wait for each other in a session "
         "call (report, save_checkpoint, the end of train) before the trial fails",
     )
+    # What users bring (training._plugins): "package.module:function" names, resolved on the ranks.
+    model: str | None = Field(None, description="build(params, data) -> torch.nn.Module")
+    loss: str | None = Field(None, description="make_loss(params) -> (output, target) -> mean")
+    metrics: str | None = Field(None, description="metrics(output, target) -> {name: mean}")
+    task: Literal["classification", "regression"] = Field(
+        "classification", description="regression: MSE loss, val_loss and val_mae"
+    )
+    loader_workers: int = Field(
+        0, ge=0, le=64, description="DataLoader worker processes per rank (file datasets only)"
+    )
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="free parameters for the model and loss plug-ins ([training.params] and "
+        "[space] names that are not training fields)",
+    )
+
+    @field_validator("model", "loss", "metrics")
+    @classmethod
+    def _plugin_name(cls, value: str | None) -> str | None:
+        return None if value is None else check_name(value)
+
+    @property
+    def takes_free_params(self) -> bool:
+        """Whether [space] may name parameters of the user's own (model or loss plug-in)."""
+        return self.model is not None or self.loss is not None
+
+    @property
+    def plugins(self) -> dict[str, str]:
+        """The plug-in keys that are set, by study-file key (``training.model``: name)."""
+        named = {"model": self.model, "loss": self.loss, "metrics": self.metrics}
+        if ":" in self.dataset:
+            named["dataset"] = self.dataset
+        return {f"training.{k}": v for k, v in named.items() if v is not None}
+
+    def plugin_params(self) -> dict[str, Any]:
+        """What ``build(params, data)`` and ``make_loss(params)`` get: the searchable training
+        fields' values, the genome (a dict) if any, and the free parameters."""
+        out: dict[str, Any] = {k: getattr(self, k) for k in SEARCHABLE}
+        if self.genome is not None:
+            out["genome"] = self.genome
+        return {**out, **self.params}
 
     @field_validator("genome")
     @classmethod
@@ -128,7 +170,11 @@ class TrainConfig(BaseModel):
     def with_params(self, params: dict[str, Any]) -> TrainConfig:
         """A copy with the searched values of ``params`` applied (validated again)."""
         known = {k: v for k, v in params.items() if k in SEARCHABLE}
-        return TrainConfig.model_validate({**self.model_dump(), **known})
+        data = {**self.model_dump(), **known}
+        if self.takes_free_params:
+            free = {k: v for k, v in params.items() if k not in TrainConfig.model_fields}
+            data["params"] = {**self.params, **free}
+        return TrainConfig.model_validate(data)
 
 
 def ranks_message(algorithm: str, ranks: int) -> str:
@@ -144,6 +190,7 @@ def ranks_message(algorithm: str, ranks: int) -> str:
 METRICS: dict[str, str] = {
     "val_accuracy": "maximize",
     "val_loss": "minimize",
+    "val_mae": "minimize",  # task = "regression"
     "train_loss": "minimize",
     "n_params": "minimize",
     "flops": "minimize",

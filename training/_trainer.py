@@ -12,14 +12,22 @@ import torch
 from mpi4py import MPI
 from torch import nn
 
-from spaces import genome_from_dict
 from training._checkpoint import Checkpointer
 from training._claims import BatchClaims
 from training._config import TrainConfig
-from training._data import Dataset, load_dataset
-from training._genome_models import build_genome_model, model_cost
-from training._models import build_mlp
+from training._data import Dataset
+from training._genome_models import model_cost
+from training._loaders import (
+    ClaimedBatches,
+    GlobalBatchSlices,
+    InMemory,
+    Shard,
+    TrainData,
+    load_train_data,
+    make_loader,
+)
 from training._pace import Pace
+from training._plugins import build_model, make_loss, make_metrics
 from training._registry import make_algorithm
 from training._reporting import PAUSE, STOP, NullReporter, Reporter
 
@@ -85,10 +93,10 @@ class Trainer:
         self.resume_from = resume_from
         self.device = pick_device(comm)
         torch.set_num_threads(config.threads_per_rank)
-        self.data = data if data is not None else load_dataset(config.dataset, config.val_fraction)
+        self.data = _as_train_data(data, config)
         torch.manual_seed(config.seed)  # same initial weights on every rank ...
-        self.model = self._build_model().to(self.device)
-        self.flops = model_cost(self.model, self.data.x_train.shape[1:]).flops
+        self.model = build_model(config, self.data.info).to(self.device)
+        self.flops = _flops(self.model, self.data.info.input_shape)
         torch.manual_seed(config.seed * 1000 + comm.rank + 1)  # ... different dropout per rank
         self.algorithm = make_algorithm(
             config.algorithm,
@@ -102,35 +110,30 @@ class Trainer:
         )
         self.algorithm.broadcast_parameters(root=0)  # ... and rank 0's are the ones that count
         self.optimizer = self._make_optimizer()
-        self.loss_fn = nn.CrossEntropyLoss(reduction="sum")
-        self.x_train = torch.from_numpy(self.data.x_train).to(self.device)
-        self.y_train = torch.from_numpy(self.data.y_train).to(self.device)
+        self.loss_fn = make_loss(config)  # the batch's mean loss
+        self.sum_loss = make_loss(config, summed=True)  # its sum (the same, scaled)
+        self.metrics_fn = make_metrics(config)
+        if self.data.in_memory and self.device.type != "cpu":  # small: kept on the device
+            self.data.train = self.data.train.to(self.device)
+        self.n_train = len(self.data.train)
         self.first_step_time: float | None = None
         self.pace = Pace(config.slowdown, comm.rank)  # a straggler on purpose, if asked
         # Ranks that never wait for each other claim an epoch's batches (training/_claims.py).
         asynchronous = self.algorithm.sync_period() is None and comm.size > 1
         self.claims = BatchClaims(comm) if asynchronous else None
+        self.sampler: GlobalBatchSlices | ClaimedBatches
+        arrays = self.data.in_memory  # index arrays for in-memory sets, lists for the rest
+        if self.claims is not None:
+            self.sampler = ClaimedBatches(self.n_train, batch_size=config.batch_size,
+                                          seed=config.seed, claims=self.claims, arrays=arrays)
+        else:
+            self.sampler = GlobalBatchSlices(self.n_train, batch_size=config.batch_size,
+                                             seed=config.seed, rank=comm.rank, size=comm.size,
+                                             arrays=arrays)
+        self.loader = make_loader(self.data.train, self.sampler, workers=config.loader_workers,
+                                  device=self.device)
         self.steps = 0
-
-    def _build_model(self) -> nn.Module:
-        c = self.config
-        if c.genome is not None:  # a searched topology
-            return build_genome_model(
-                genome_from_dict(c.genome),
-                self.data.x_train.shape[1:],
-                self.data.n_classes,
-                channels=c.cell_channels,
-                stages=c.cell_stages,
-                cells_per_stage=c.cells_per_stage,
-            )
-        return build_mlp(
-            self.data.input_dim,
-            self.data.n_classes,
-            hidden=c.hidden,
-            layers=c.layers,
-            activation=c.activation,
-            dropout=c.dropout,
-        )
+        self.rows_read = 0  # training samples this rank read, over all epochs
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         c = self.config
@@ -144,22 +147,22 @@ class Trainer:
     def n_params(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
 
-    def _run_batch(self, batch: np.ndarray, last_in_epoch: bool) -> float:
-        """One global batch: this rank takes its slice; the algorithm decides what is shared."""
-        return self._step(batch[self.comm.rank :: self.comm.size], len(batch), last_in_epoch)
-
-    def _step(self, rows: np.ndarray, global_batch: int, last_in_epoch: bool) -> float:
-        """One step of this rank on ``rows``; returns its summed loss."""
-        local = torch.from_numpy(rows).to(self.device)
+    def _step(self, batch: Any, global_batch: int, last_in_epoch: bool) -> float:
+        """One step of this rank on its ``batch`` (None or empty: no rows, sync still steps);
+        returns its summed loss."""
+        n = 0 if batch is None else len(batch[0])
         self.algorithm.zero_grad()
         divisor = self.algorithm.loss_divisor(
-            local_batch=len(local), global_batch=global_batch, epoch_size=len(self.x_train)
+            local_batch=n, global_batch=global_batch, epoch_size=self.n_train
         )
         self.pace.start()
-        if len(local):
-            loss_sum = self.loss_fn(self.model(self.x_train[local]), self.y_train[local])
+        if n:
+            x = batch[0].to(self.device, non_blocking=True)
+            y = batch[1].to(self.device, non_blocking=True)
+            loss_sum = self.sum_loss(self.model(x), y)
             (loss_sum / divisor).backward()
             local_loss = float(loss_sum.detach())
+            self.rows_read += n
         else:
             local_loss = 0.0
         self.pace.stop()
@@ -172,39 +175,54 @@ class Trainer:
     def _run_epoch(self, epoch: int) -> float:
         """Returns the mean training loss over the epoch (all ranks)."""
         self.model.train()
-        n = len(self.data.x_train)
-        order = np.random.default_rng([self.config.seed, epoch]).permutation(n)
-        bs = self.config.batch_size
+        self.sampler.set_epoch(epoch)
         loss = 0.0
         if self.first_step_time is None:
             self.first_step_time = time.time()
-        if self.claims is not None:  # ranks at different speeds: a fast rank takes more
-            local = max(1, -(-bs // self.comm.size))
-            batches = -(-n // local)
-            while (i := self.claims.claim(batches)) is not None:
-                rows = order[i * local : (i + 1) * local]
-                loss += self._step(rows, local * self.comm.size, last_in_epoch=False)
+        if isinstance(self.sampler, ClaimedBatches):  # a fast rank takes more batches
+            global_batch = self.sampler.local * self.comm.size
+            for batch in self.loader:
+                loss += self._step(batch, global_batch, last_in_epoch=False)
         else:
-            for start in range(0, n, bs):
-                loss += self._run_batch(order[start : start + bs], last_in_epoch=start + bs >= n)
+            last = len(self.sampler) - 1
+            for i, batch in enumerate(self.loader):
+                loss += self._step(batch, self.sampler.global_batch(i), last_in_epoch=i == last)
         (total,) = _sum_over_ranks(self.comm, [loss])  # waits for all ranks
         if self.claims is not None:
-            self.claims.end_epoch(batches)
-        return total / n
+            self.claims.end_epoch(self.sampler.batches)  # type: ignore[union-attr]
+        return total / self.n_train
 
     @torch.no_grad()
-    def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-        """(accuracy, mean loss) over all of ``x``; each rank scores a strided slice."""
+    def evaluate(self, dataset: Any) -> dict[str, float]:
+        """Mean loss and metrics over all of ``dataset``: each rank scores a strided shard,
+        sums weighted by samples are added over ranks (P ranks report what one would)."""
         self.model.eval()
-        xs = torch.from_numpy(x[self.comm.rank :: self.comm.size]).to(self.device)
-        ys = torch.from_numpy(y[self.comm.rank :: self.comm.size]).to(self.device)
-        correct = loss = 0.0
-        if len(xs):
-            out = self.model(xs)
-            correct = float((out.argmax(dim=1) == ys).sum())
-            loss = float(self.loss_fn(out, ys))
-        c, s, k = _sum_over_ranks(self.comm, [correct, loss, float(len(xs))])
-        return c / k, s / k
+        whole = isinstance(dataset, InMemory)  # one batch: as fast as before the loaders
+        size = -(-len(dataset) // self.comm.size) if whole else self.config.batch_size
+        shard = Shard(len(dataset), batch_size=size, rank=self.comm.rank, size=self.comm.size)
+        sums: dict[str, float] = {}
+        count = 0
+        for batch in make_loader(dataset, shard, workers=0, device=self.device):
+            if batch is None or not len(batch[0]):
+                continue
+            x = batch[0].to(self.device, non_blocking=True)
+            y = batch[1].to(self.device, non_blocking=True)
+            out = self.model(x)
+            n = len(x)
+            means = {"loss": float(self.loss_fn(out, y)), **self.metrics_fn(out, y)}
+            for name, value in means.items():
+                sums[name] = sums.get(name, 0.0) + value * n
+            count += n
+        names = self._metric_names(sums)
+        *totals, k = _sum_over_ranks(self.comm, [*(sums.get(m, 0.0) for m in names), count])
+        return {m: t / max(k, 1.0) for m, t in zip(names, totals, strict=True)}
+
+    def _metric_names(self, sums: dict[str, float]) -> list[str]:
+        """The same names in the same order on every rank (a rank with no rows has none)."""
+        if self.config.metrics is None:
+            return ["loss", "accuracy" if self.config.task == "classification" else "mae"]
+        found = self.comm.allgather(sorted(sums))  # waits for all ranks
+        return sorted(set().union(*found))
 
     def checkpoint_state(self) -> dict[str, Any]:
         """This rank's part of a checkpoint: everything its next epoch depends on."""
@@ -256,12 +274,11 @@ class Trainer:
             train_loss = self._run_epoch(epoch)
             epochs_run += 1
             with self.algorithm.consensus():  # waits for all ranks (except sync)
-                val_acc, val_loss = self.evaluate(self.data.x_val, self.data.y_val)
+                val = self.evaluate(self.data.val)
             row = {
                 "epoch": epoch,
                 "train_loss": train_loss,
-                "val_loss": val_loss,
-                "val_accuracy": val_acc,
+                **{f"val_{name}": value for name, value in val.items()},
                 "n_params": float(self.n_params),
                 "flops": float(self.flops),
                 # wall seconds of training so far, consensus evaluations included: with
@@ -302,7 +319,7 @@ class Trainer:
         train_time = time.perf_counter() - segment_start  # this run's own seconds
         (slept,) = _sum_over_ranks(self.comm, [self.pace.slept_s])
         steps_per_rank = [int(s) for s in self.comm.allgather(self.steps)]  # waits for all
-        test_acc, _ = self.evaluate(self.data.x_test, self.data.y_test)
+        test = self.evaluate(self.data.test) if self.data.test is not None else {}
         last = history[-1]
         return TrainResult(
             state=state,
@@ -311,11 +328,11 @@ class Trainer:
             epochs_run=epochs_run,
             history=history,
             train_time_s=train_time,
-            samples_per_s=epochs_run * len(self.data.x_train) / train_time if train_time else 0.0,
+            samples_per_s=epochs_run * self.n_train / train_time if train_time else 0.0,
             first_step_time=self.first_step_time,
             n_params=self.n_params,
             flops=self.flops,
-            test_accuracy=test_acc,
+            test_accuracy=test.get("accuracy"),
             counters=self.algorithm.counters(),
             slowdown_sleep_s=slept,
             steps_per_rank=steps_per_rank,
@@ -327,3 +344,22 @@ class Trainer:
 
     def state_dict(self) -> dict[str, Any]:
         return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+
+
+def _as_train_data(data: TrainData | Dataset | None, config: TrainConfig) -> TrainData:
+    """The trial's data: given (a warm pool loads it before the trial), or loaded here."""
+    if data is None:
+        return load_train_data(config)
+    if isinstance(data, Dataset):  # arrays, as callers before the loaders passed them
+        from training._loaders import _from_arrays
+
+        return _from_arrays(data, config.task)
+    return data
+
+
+def _flops(model: nn.Module, input_shape: tuple[int, ...]) -> int:
+    """Per-sample multiply-adds, or 0 for a model that cannot take a zero float sample."""
+    try:
+        return model_cost(model, input_shape).flops
+    except Exception:  # noqa: BLE001 - a user model (integer inputs, other layers): not counted
+        return 0

@@ -21,6 +21,8 @@ from training._config import (
 )
 from training._data import check_dataset_loads
 from training._launcher import DEFAULT_LAUNCHER, SINGLE_NODE_ENV
+from training._plugin_check import check_plugins
+from training._plugins import PluginError
 from training._reporting import VECTOR_ATTR, build_pruner
 from training._spec import TrialSpec
 from training._storage import DEFAULT_STORAGE, journal_path, open_storage, redact, storage_file
@@ -31,6 +33,7 @@ __all__ = [
     "DEFAULT_LAUNCHER",
     "DEFAULT_STORAGE",
     "METRICS",
+    "PluginError",
     "MIN_RANKS",
     "SEARCHABLE",
     "SINGLE_NODE_ENV",
@@ -41,6 +44,7 @@ __all__ = [
     "artifact_store",
     "build_pruner",
     "check_dataset_loads",
+    "check_plugins",
     "journal_path",
     "open_storage",
     "ranks_message",

@@ -56,7 +56,7 @@ def main(out: str) -> None:
                              local_steps=4, momentum=0.0 if algorithm == "batch" else 0.9)
         trainer = Trainer(config, comm)
         with trainer.algorithm.consensus():
-            _, before = trainer.evaluate(trainer.data.x_val, trainer.data.y_val)
+            before = trainer.evaluate(trainer.data.val)["loss"]
         r = trainer.train()
         flat = np.concatenate([p.detach().reshape(-1).numpy() for p in trainer.model.parameters()])
         spread = comm.allreduce(float(np.abs(flat - comm.bcast(flat, root=0)).max()), op=MPI.MAX)

@@ -220,8 +220,9 @@ def test_every_mistake_is_reported_at_once_in_plain_words() -> None:
         })
     got = [(e.where, e.message) for e in info.value.errors]
     assert got == [
-        ("metric", "unknown metric 'accuracy' (known: val_accuracy, val_loss, train_loss, "
-                   "n_params, flops, train_time_s)"),
+        ("metric", "unknown metric 'accuracy' (known: val_accuracy, val_loss, val_mae, "
+                   "train_loss, n_params, flops, train_time_s, or val_<name> of a metrics "
+                   "plug-in)"),
         ("budget.trails", "unknown key"),
         ("strategy.name", "unknown strategy 'evo' (known: evolution, gp, nsga2, predictor, "
                           "random, reinforce, tpe)"),

@@ -1,0 +1,159 @@
+"""Plug-ins in the study file: free parameter names, plug-in metrics, and the up-front check that
+imports, builds and runs each plug-in once in a fresh Python (one line naming the key)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from search._errors import StudyError
+from search._study_file import parse_study
+from tests.cli_helpers import run_search
+from training.contract import PluginError, TrainConfig, check_plugins, open_storage
+
+JOBS = Path(__file__).resolve().parents[1] / "mpi_jobs"  # _user_plugins.py lives there
+ENV = {"PYTHONPATH": str(JOBS)}
+
+
+def _study(training: dict, space: dict | None = None, **top: object) -> dict:
+    return {"name": "p", **top, "training": {"dataset": "digits", **training},
+            "space": space or {}}
+
+
+def test_free_space_names_go_to_a_model_plugin_and_are_refused_without_one() -> None:
+    width = {"type": "int", "low": 8, "high": 32}
+    sf = parse_study(_study({"model": "_user_plugins:build"}, {"width": width}))
+    config = sf.training.with_params({"width": 16, "lr": 0.1})
+    assert config.params == {"width": 16} and config.lr == 0.1
+    assert config.plugin_params()["width"] == 16 and config.plugin_params()["hidden"] == 128
+    with pytest.raises(StudyError, match="space.width: not a searchable training parameter"):
+        parse_study(_study({}, {"width": width}))
+    with pytest.raises(StudyError, match="space.epochs: not a searchable"):  # ours stay ours
+        parse_study(_study({"model": "_user_plugins:build"}, {"epochs": width}))
+
+
+def test_plugin_metrics_and_regression_metrics_are_checked_in_the_study_file() -> None:
+    sf = parse_study(_study({"task": "regression"}))
+    assert sf.objectives == ["val_loss"] and sf.directions == ["minimize"]
+    assert parse_study(_study({"task": "regression"}, metric="val_mae")).directions == [
+        "minimize"]
+    with pytest.raises(StudyError, match="reports no val_accuracy"):
+        parse_study(_study({"task": "regression"}, metric="val_accuracy"))
+    with pytest.raises(StudyError, match="val_top2.* needs a \\[training\\] metrics plug-in"):
+        parse_study(_study({}, metric="val_top2"))
+    with pytest.raises(StudyError, match="direction: required for metric 'val_top2'"):
+        parse_study(_study({"metrics": "_user_plugins:top2"}, metric="val_top2"))
+    with pytest.raises(StudyError, match="training.model: .*'package.module:function'"):
+        parse_study(_study({"model": "build"}))
+
+
+def _check(env: dict[str, str] | None = None, **training: object) -> str:
+    config = TrainConfig(**{"dataset": "digits", **training}).model_dump()  # type: ignore[arg-type]
+    try:
+        names = check_plugins(config, {**ENV, **(env or {})}, objectives=["val_loss"])
+    except PluginError as exc:
+        return str(exc)
+    return "ok: " + ", ".join(names)
+
+
+def test_good_plugins_pass_the_check_and_name_their_metrics() -> None:
+    line = _check(model="_user_plugins:build", dataset="_user_plugins:digits",
+                  loss="_user_plugins:mean_loss", metrics="_user_plugins:top2")
+    assert line == "ok: val_loss, val_accuracy, val_top2"
+
+
+@pytest.mark.parametrize(("training", "line"), [
+    ({"model": "_no_such_pkg.model:build"},
+     "training.model: cannot import '_no_such_pkg.model': ModuleNotFoundError: No module named "
+     "'_no_such_pkg'"),
+    ({"model": "_user_plugins:returns_dict"},
+     "training.model: returns_dict() returned dict, expected torch.nn.Module"),
+    ({"model": "_user_plugins:wrong_width"},
+     "training.model: the forward pass on 2 training samples of shape (1, 8, 8) failed: "
+     "RuntimeError: mat1 and mat2 shapes cannot be multiplied (2x64 and 10x10)"),
+    ({"model": "training.models:build"},
+     "training.model: module 'training.models' is in a package named 'training', the name of "
+     "one of detol's own packages (search, training, spaces): rename your package"),
+    ({"loss": "_user_plugins:not_a_loss"},
+     "training.loss: not_a_loss() returned int, expected a function (output, target) -> loss"),
+    ({"dataset": "_user_plugins:no_such_function"},
+     "training.dataset: module '_user_plugins' has no function 'no_such_function'"),
+])
+def test_each_bad_plugin_gives_its_one_line(training: dict, line: str) -> None:
+    assert _check(**training) == line
+
+
+def test_a_package_of_the_users_named_like_ours_is_found_shadowing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the ranks start here: this directory comes first on their path
+    (tmp_path / "training").mkdir()
+    (tmp_path / "training" / "__init__.py").write_text("")
+    line = _check({"PYTHONPATH": str(JOBS)}, model="_user_plugins:build")
+    assert line.startswith(f"training.model: a package named 'training' at {tmp_path}/training "
+                           "shadows detol's own 'training'")
+
+
+def test_search_validate_prints_the_line_and_writes_nothing(tmp_path: Path) -> None:
+    study = tmp_path / "s.toml"
+    study.write_text(textwrap.dedent(f"""\
+        name = "bad-plugin"
+        [training]
+        dataset = "digits"
+        model = "_user_plugins:returns_dict"
+        [launcher]
+        env = {{ PYTHONPATH = {json.dumps(str(JOBS))} }}
+        """))
+    code, out, err = run_search("validate", str(study), cwd=tmp_path)
+    assert code == 2, out + err
+    assert (out + err).strip() == ("error: training.model: returns_dict() returned dict, "
+                                   "expected torch.nn.Module")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]
+
+
+@pytest.mark.mpi
+def test_a_multi_objective_pruned_study_of_a_user_model_runs(tmp_path: Path) -> None:
+    # A plug-in model, dataset, loss and metric through the driver, a warm pool, checkpoints,
+    # the dominated pruner and two objectives (one of them the plug-in's metric).
+    study = tmp_path / "s.toml"
+    study.write_text(textwrap.dedent(f"""\
+        name = "user-model"
+        metric = ["val_top2", "n_params"]
+        direction = ["maximize", "minimize"]
+        pruner = "dominated"
+        [budget]
+        trials = 3
+        [strategy]
+        name = "random"
+        seed = 1
+        [checkpoints]
+        every = 1
+        [training]
+        dataset = "_user_plugins:digits"
+        model = "_user_plugins:build_scaled"
+        loss = "_user_plugins:mean_loss"
+        metrics = "_user_plugins:top2"
+        epochs = 2
+        ranks = 2
+        [space]
+        scale = {{ type = "int", low = 1, high = 4 }}
+        algorithm = {{ type = "categorical", choices = ["sync", "asgd"] }}
+        [launcher]
+        warm = true
+        env = {{ PYTHONPATH = {json.dumps(str(JOBS))} }}
+        """))
+    code, out, err = run_search("run", str(study), "--storage", f"{tmp_path}/j.journal",
+                                cwd=tmp_path, timeout=400)
+    assert code == 0, out + err
+    trials = optuna.load_study(study_name="user-model",
+                               storage=open_storage(f"{tmp_path}/j.journal")).trials
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert len(done) == 3, [t.user_attrs.get("exit_reason") for t in trials]
+    for t in done:
+        assert 0.3 < t.values[0] <= 1.0  # val_top2 of a digits MLP after 2 epochs
+        assert t.values[1] == 64 * 8 * t.params["scale"] + 8 * t.params["scale"] * 11 + 10

@@ -1,0 +1,58 @@
+"""studies/resnet18-fashion.toml end to end: `search run` -> 2 MPI ranks -> the user's
+torchvision ResNet-18 on a PNG tree read through loader workers (a tiny tree, one epoch)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tests.cli_helpers import search_command
+from training.contract import open_storage
+
+pytestmark = [pytest.mark.mpi, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "fashion_png"
+
+
+def _study(tree: Path) -> str:
+    """The shipped study file, cut to one trial of one epoch on ``tree``."""
+    text = (REPO / "studies" / "resnet18-fashion.toml").read_text()
+    swaps = {
+        "trials = 2": "trials = 1",
+        "epochs = 2": "epochs = 1",
+        'PYTHONPATH = "examples/fashion_png"': f'PYTHONPATH = "{EXAMPLE}"',
+        'FASHION_PNG = "data/fashion-png-quick"': f'FASHION_PNG = "{tree}"',
+    }
+    for old, new in swaps.items():
+        assert old in text, f"studies/resnet18-fashion.toml no longer has {old!r}"
+        text = text.replace(old, new)
+    return text
+
+
+def test_resnet18_study_runs_on_a_png_tree(tmp_path: Path) -> None:
+    if importlib.util.find_spec("torchvision") is None:
+        pytest.fail("torchvision is missing: the ResNet-18 example needs pip install -e '.[vision]'")
+    tree = tmp_path / "png"
+    subprocess.run([sys.executable, str(EXAMPLE / "write_pngs.py"), "--out", str(tree),
+                    "--limit", "40"], check=True, capture_output=True, timeout=120)
+    study_file = tmp_path / "resnet18.toml"
+    study_file.write_text(_study(tree))
+    journal = str(tmp_path / "r.journal")
+    proc = subprocess.run([*search_command(), "run", str(study_file), "--storage", journal,
+                           "--no-progress"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (trial,) = optuna.load_study(study_name="resnet18-fashion",
+                                 storage=open_storage(journal)).get_trials()
+    assert trial.state is TrialState.COMPLETE, trial.user_attrs.get("exit_reason")
+    attrs = trial.user_attrs
+    assert attrs["ranks"] == 2 and attrs["algorithm"] == "sync" and attrs["epochs_run"] == 1
+    assert 0.0 <= trial.value <= 1.0 and attrs["samples_per_s"] > 0
+    assert attrs["n_params"] > 11_000_000  # torchvision's ResNet-18, not a stand-in
