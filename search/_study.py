@@ -17,7 +17,7 @@ from search._errors import StudyError
 from search._promotion import LINEAGE_ATTR, RESUME_OF_ATTR
 from search._registry import build_sampler, pruner_spec
 from search._study_file import StudyFile
-from training.contract import CHECKPOINT_ATTR, USED_BY, TrainConfig
+from training.contract import CHECKPOINT_ATTR, FREE_ON_RESTORE, USED_BY, TrainConfig
 
 DRIVER_ATTR = "detol:driver"
 HEARTBEAT_ATTR = "detol:heartbeat"  # wall-clock time the owning driver last saw the trial alive
@@ -45,10 +45,11 @@ CHANGES_ATTR = "detol:study_changes"  # the accepted changes, one entry per run 
 # Keys of the study file that only say how (or how long) to run: changing them keeps every trial
 # comparable. Strategy and pruner change which trials are run, not what a trial means: allowed,
 # and said. Anything else (objective, metric, direction, [training], [space]) changes what a
-# trial's value means: refused.
+# trial's value means: refused. The [training] settings that may change are exactly those a
+# checkpoint restores across (training._artifacts.FREE_ON_RESTORE, less ``epochs``, which
+# changes what a trial's value means): a paused trial stays promotable whatever changes here.
 _HOW_TO_RUN = ("name", "storage", "budget.", "cluster.", "launcher.", "checkpoints.",
-               "training.threads_per_rank",
-               "training.bucket_kb", "training.mpi_async_progress")
+               *(f"training.{k}" for k in FREE_ON_RESTORE if k != "epochs"))
 _DECIDERS = ("strategy.", "pruner.")
 
 

@@ -16,6 +16,7 @@ from search._promotion import (
     PAUSED_ATTR,
     RESUME_OF_ATTR,
     PromotingHalving,
+    configuration_numbers,
     hyperband_brackets,
 )
 from tests.cli_helpers import run_search, search_command
@@ -132,6 +133,41 @@ def test_hyperband_brackets_do_not_compete() -> None:
     assert [t.number for t in pruner.promotable(study)] == []  # bracket 0 has 2 at rung 1
     _paused(study, [0.15])  # 4: now 0, 2, 4 at rung 1 of bracket 0: top 1 is 2
     assert [t.number for t in pruner.promotable(study)] == [2]
+
+
+def test_a_failed_continuation_leaves_its_parent_promotable_again() -> None:
+    study = _study(PromotingHalving(1, 2))
+    pruner = study.pruner
+    assert isinstance(pruner, PromotingHalving)
+    best = _paused(study, [0.9])
+    _paused(study, [0.1])
+    assert [t.number for t in pruner.promotable(study)] == [best.number]
+    # Its continuation could not restore (or crashed): the lineage is not lost for good.
+    attrs = {RESUME_OF_ATTR: best.number, LINEAGE_ATTR: best.number}
+    assert _asks_to_pause(study, [0.9], **attrs) is False  # told FAIL
+    assert [t.number for t in pruner.promotable(study)] == [best.number]
+    # ... but a checkpoint that fails every time is not retried for ever.
+    _asks_to_pause(study, [0.9], **attrs)
+    assert pruner.promotable(study) == []
+
+
+def test_hyperband_brackets_follow_configuration_numbers_not_trial_numbers() -> None:
+    pruner = PromotingHalving(1, 2, brackets=2, max_resource=8)
+    study = _study(pruner)
+    first = _paused(study, [0.5])  # configuration 0: bracket 0 (rungs 1, 2, 4)
+    # A continuation uses up trial number 1 ...
+    _paused(study, [0.5, 0.6], **{RESUME_OF_ATTR: first.number, LINEAGE_ATTR: first.number})
+    # ... so trial 2 is configuration 1 (bracket 1: rungs 2, 4), trial 3 configuration 2.
+    assert not _asks_to_pause(study, [0.1])  # epoch 1 is no rung of bracket 1
+    assert _asks_to_pause(study, [0.1])  # bracket 0 at rung 1: 0.5 beats it
+    # A re-run (after a lost worker) belongs to its configuration too.
+    _asks_to_pause(study, [0.5], **{LINEAGE_ATTR: 3, "detol:retry_of": 3})
+    numbers = configuration_numbers(study.get_trials(deepcopy=False))
+    assert numbers == {0: 0, 2: 1, 3: 2}
+    counts = [0, 0]
+    for n in numbers.values():
+        counts[pruner.bracket(n)] += 1
+    assert counts == [2, 1]
 
 
 def _promotion_study(directory: Path, *, trials: int) -> Path:
