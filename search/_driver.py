@@ -20,7 +20,6 @@ import queue
 import random
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import optuna
@@ -28,6 +27,7 @@ from distributed import Client, Future
 from optuna.trial import TrialState
 
 from search._backend import run_trial_on_worker
+from search._checkpoint_store import fix_store
 from search._cluster_base import MPI
 from search._objectives import is_benchmark, run_function_trial
 from search._outcomes import (
@@ -44,11 +44,7 @@ from search._outcomes import (
 )
 from search._promotion import PAUSED_ATTR, RESUME_OF_ATTR
 from search._registry import pruner_spec
-from search._segments import (
-    artifact_directory,
-    continue_curve,
-    queue_promotion,
-)
+from search._segments import continue_curve, queue_promotion
 from search._simclock import EventQueue, SimClock, default_clock
 from search._study import (
     DRIVER_ATTR,
@@ -105,9 +101,9 @@ class Driver:
         self.promoter: Any = built if getattr(built, "pauses", False) else None
         self.checkpoints = None
         if sf.checkpointing:
-            store = sf.checkpoints.store or str(artifact_directory(storage_url))
-            if "://" not in store:
-                store = str(Path(store).expanduser().resolve())  # workers may run elsewhere
+            # Fixed when the study first checkpointed, read back from the study (any host,
+            # any directory): search._checkpoint_store.
+            store = fix_store(study, sf, storage_url)
             self.checkpoints = {"store": store, "every": sf.checkpoints.every,
                                 "keep": sf.checkpoints.keep}
         self.owner = driver_id()

@@ -3,28 +3,17 @@ a re-run after a lost worker), as the driver queues and starts them."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
 import optuna
 from optuna.trial import TrialState
 
+from search._checkpoint_store import artifact_directory, beside_storage
 from search._promotion import LINEAGE_ATTR, RESUME_OF_ATTR, lineage
 from search._study import RESUME_FROM_ATTR
-from training.contract import CHECKPOINT_ATTR, VECTOR_ATTR, storage_file
+from training.contract import CHECKPOINT_ATTR, VECTOR_ATTR
 
-
-def beside_storage(storage_url: str) -> Path:
-    """The directory of a journal or SQLite storage file, else the working directory: where
-    detol keeps what belongs to the storage's studies (checkpoints, failed trials' logs)."""
-    path = storage_file(storage_url)
-    return Path(path).expanduser().resolve().parent if path else Path.cwd()
-
-
-def artifact_directory(storage_url: str) -> Path:
-    """The default checkpoint store, one for every study of the storage (artifact ids are
-    UUIDs): ``detol-artifacts`` beside it. ``search dashboard`` serves it."""
-    return beside_storage(storage_url) / "detol-artifacts"
+__all__ = ["artifact_directory", "beside_storage", "continue_curve", "queue_promotion"]
 
 
 def queue_promotion(

@@ -13,6 +13,7 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from search import _warm_start as warm_start
+from search._checkpoint_store import check_store, fix_store
 from search._errors import StudyError
 from search._promotion import LINEAGE_ATTR, RESUME_OF_ATTR
 from search._registry import build_sampler, pruner_spec
@@ -144,6 +145,7 @@ def open_study(
         existing = None
     directions = [optuna.study.StudyDirection[d.upper()] for d in sf.directions]
     if existing is not None:
+        check_store(existing, sf)  # before anything is written
         if list(existing.directions) != directions:
             have = [d.name.lower() for d in existing.directions]
             raise StudyError(
@@ -185,6 +187,7 @@ def open_study(
                             "changes": notes})
             study.set_user_attr(CHANGES_ATTR, history)
             study.set_user_attr(STUDY_ATTR, _stored_form(sf))
+    fix_store(study, sf, url)  # every later run reads the checkpoints from there
     if sources:
         warm_start.apply(study, sf, sources)
     return study
