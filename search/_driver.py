@@ -42,7 +42,14 @@ from search._outcomes import (
     record_genome,
     result_values,
 )
-from search._promotion import PAUSED_ATTR, RESUME_OF_ATTR
+from search._promotion import (
+    LINEAGE_EPOCHS_ATTR,
+    LINEAGE_RANK_SECONDS_ATTR,
+    LINEAGE_TOTALS,
+    LINEAGE_WALL_ATTR,
+    PAUSED_ATTR,
+    RESUME_OF_ATTR,
+)
 from search._registry import pruner_spec
 from search._segments import continue_curve, queue_promotion
 from search._simclock import EventQueue, SimClock, default_clock
@@ -189,10 +196,7 @@ class Driver:
         )
         self._watch(future)
         self.on_event("started", trial, counts, None)
-        carried = {
-            "epochs": float(attrs.get("detol:lineage_epochs", 0)),
-            "rank_seconds": float(attrs.get("detol:lineage_rank_seconds", 0.0)),
-        }
+        carried = {key: float(attrs.get(key, 0)) for key in LINEAGE_TOTALS}
         return future, Running(
             trial,
             config.ranks,
@@ -289,11 +293,12 @@ class Driver:
         if result.get("epochs_run") is not None:
             # The work of the whole lineage (earlier segments + this one), beside this
             # segment's own epochs_run and rank_seconds.
-            trial.set_user_attr("detol:lineage_epochs",
-                                int(run.carried.get("epochs", 0) + result["epochs_run"]))
-            trial.set_user_attr("detol:lineage_rank_seconds",
-                                run.carried.get("rank_seconds", 0.0)
-                                + float(result.get("rank_seconds") or 0.0))
+            own = {LINEAGE_EPOCHS_ATTR: result["epochs_run"],
+                   LINEAGE_RANK_SECONDS_ATTR: result.get("rank_seconds"),
+                   LINEAGE_WALL_ATTR: result.get("wall_time_s")}
+            for key, value in own.items():
+                total = run.carried.get(key, 0.0) + float(value or 0.0)
+                trial.set_user_attr(key, int(total) if key == LINEAGE_EPOCHS_ATTR else total)
         state = result.get("state")
         values = result_values(result, self.sf.objectives)
         if state in ("complete", "pruned", "paused") and run.continuation:

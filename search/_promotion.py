@@ -40,6 +40,13 @@ from optuna.trial import FrozenTrial, TrialState
 PAUSED_ATTR = "detol:paused_at"  # the epoch at which a (PRUNED) trial paused
 RESUME_OF_ATTR = "detol:resume_of"  # the number of the paused trial this one continues
 LINEAGE_ATTR = "detol:lineage"  # the number of the lineage's first trial
+# The work of a whole lineage up to and including a trial (earlier segments + its own): what
+# `search best`, the report and the export show for a promoted trial, carried from a paused
+# trial to its continuation and from a lost trial to its re-run.
+LINEAGE_EPOCHS_ATTR = "detol:lineage_epochs"
+LINEAGE_RANK_SECONDS_ATTR = "detol:lineage_rank_seconds"
+LINEAGE_WALL_ATTR = "detol:lineage_wall_time_s"
+LINEAGE_TOTALS = (LINEAGE_EPOCHS_ATTR, LINEAGE_RANK_SECONDS_ATTR, LINEAGE_WALL_ATTR)
 # A paused trial whose continuations failed this many times (a continuation that could not
 # restore, a job that crashed) is not promoted again: its checkpoint is taken to be unusable.
 MAX_FAILED_CONTINUATIONS = 2

@@ -9,7 +9,7 @@ import optuna
 from optuna.trial import TrialState
 
 from search._checkpoint_store import artifact_directory, beside_storage
-from search._promotion import LINEAGE_ATTR, RESUME_OF_ATTR, lineage
+from search._promotion import LINEAGE_ATTR, LINEAGE_TOTALS, RESUME_OF_ATTR, lineage
 from search._study import RESUME_FROM_ATTR
 from training.contract import CHECKPOINT_ATTR, VECTOR_ATTR
 
@@ -36,9 +36,7 @@ def queue_promotion(
                 LINEAGE_ATTR: lineage(parent),
                 RESUME_FROM_ATTR: {"id": checkpoint["id"], "epoch": int(checkpoint["epoch"]),
                                    "trial": parent.number},
-                "detol:lineage_epochs": parent.user_attrs.get("detol:lineage_epochs", 0),
-                "detol:lineage_rank_seconds": parent.user_attrs.get(
-                    "detol:lineage_rank_seconds", 0.0),
+                **{k: parent.user_attrs[k] for k in LINEAGE_TOTALS if k in parent.user_attrs},
             },
             skip_if_exists=False,
         )

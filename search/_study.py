@@ -15,7 +15,7 @@ from optuna.trial import FrozenTrial, TrialState
 from search import _warm_start as warm_start
 from search._checkpoint_store import check_store, fix_store
 from search._errors import StudyError
-from search._promotion import LINEAGE_ATTR, RESUME_OF_ATTR
+from search._promotion import LINEAGE_ATTR, LINEAGE_EPOCHS_ATTR, LINEAGE_TOTALS, RESUME_OF_ATTR
 from search._registry import build_sampler, pruner_spec
 from search._study_file import StudyFile
 from training.contract import CHECKPOINT_ATTR, FREE_ON_RESTORE, USED_BY, TrainConfig
@@ -214,6 +214,14 @@ def requeue(
     resume = resume_point(trial.number, attrs)
     if resume is not None:
         carried[RESUME_FROM_ATTR] = resume
+    # The lineage's work so far: what the lost trial was given, plus the epochs it trained up
+    # to its own checkpoint (kept; those after it are lost, and so is the lost segment's time).
+    carried.update({k: attrs[k] for k in LINEAGE_TOTALS if k in attrs})
+    if resume is not None and resume["trial"] == trial.number:
+        inherited = attrs.get(RESUME_FROM_ATTR)
+        start = int(inherited["epoch"]) + 1 if isinstance(inherited, dict) else 1
+        carried[LINEAGE_EPOCHS_ATTR] = int(attrs.get(LINEAGE_EPOCHS_ATTR, 0)) + max(
+            0, int(resume["epoch"]) - start + 1)
     study.enqueue_trial(trial.params, user_attrs=carried, skip_if_exists=False)
     _set_attr(study, trial, "detol:requeued", True)
     where = f" from its epoch-{resume['epoch']} checkpoint" if resume is not None else ""

@@ -170,6 +170,31 @@ def test_hyperband_brackets_follow_configuration_numbers_not_trial_numbers() -> 
     assert counts == [2, 1]
 
 
+def test_a_retry_after_a_lost_worker_carries_the_lineage_totals() -> None:
+    from search._study import RESUME_FROM_ATTR, requeue
+
+    study = _study(PromotingHalving(1, 2))
+    parent = _paused(study, [0.5, 0.6], **{"detol:lineage_epochs": 2,
+                                           "detol:lineage_rank_seconds": 4.0,
+                                           "detol:lineage_wall_time_s": 2.5})
+    # A continuation from the parent's epoch-2 checkpoint, as queue_promotion makes it ...
+    study.enqueue_trial({}, user_attrs={
+        RESUME_OF_ATTR: parent.number, LINEAGE_ATTR: parent.number,
+        RESUME_FROM_ATTR: {"id": "a", "epoch": 2, "trial": parent.number},
+        "detol:lineage_epochs": 2, "detol:lineage_rank_seconds": 4.0,
+        "detol:lineage_wall_time_s": 2.5})
+    trial = study.ask()
+    # ... trains epochs 3 and 4, checkpoints at 4, and is lost with its worker.
+    trial.set_user_attr(CHECKPOINT_ATTR, {"id": "b", "epoch": 4, "store": "x"})
+    requeue(study, trial, "worker lost", max_retries=1)
+    retry = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))[0]
+    assert retry.user_attrs[LINEAGE_ATTR] == parent.number
+    assert retry.user_attrs[RESUME_OF_ATTR] == parent.number
+    assert retry.user_attrs["detol:lineage_epochs"] == 4  # 2 before + epochs 3, 4 kept
+    assert retry.user_attrs["detol:lineage_rank_seconds"] == 4.0
+    assert retry.user_attrs["detol:lineage_wall_time_s"] == 2.5
+
+
 def _promotion_study(directory: Path, *, trials: int) -> Path:
     path = directory / "study.toml"
     path.write_text(textwrap.dedent(f"""\
