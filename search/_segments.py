@@ -13,7 +13,8 @@ from search._promotion import LINEAGE_ATTR, LINEAGE_TOTALS, RESUME_OF_ATTR, line
 from search._study import RESUME_FROM_ATTR
 from training.contract import CHECKPOINT_ATTR, VECTOR_ATTR
 
-__all__ = ["artifact_directory", "beside_storage", "continue_curve", "queue_promotion"]
+__all__ = ["artifact_directory", "beside_storage", "continue_curve", "next_start",
+           "queue_promotion"]
 
 
 def queue_promotion(
@@ -41,6 +42,32 @@ def queue_promotion(
             skip_if_exists=False,
         )
         return "queued"
+    return None
+
+
+Start = Literal["continuation", "waiting", "configuration"]
+
+
+def next_start(study: optuna.Study, promoter: Any, *, budget_spent: bool) -> Start | None:
+    """What a free worker starts next: the rule of pause-and-promote, shared by the driver
+    (search._driver) and the replay of recorded curves (search._replay).
+
+    Promotions first (Li et al.): "continuation" when the best promotable paused trial was
+    queued now, "waiting" when a continuation is queued already (the next ``ask`` takes either).
+    Else "configuration" while the budget of new configurations is not spent. Once it is
+    (``budget_spent``: every configuration started or told), no rung grows any more, so each
+    rung's best is promoted (``finishing``) until none is left; then None: nothing to start.
+    ``promoter`` None (a pruner that does not pause): configurations only."""
+    if promoter is not None:
+        queued = queue_promotion(study, promoter)
+        if queued is not None:
+            return "continuation" if queued == "queued" else "waiting"
+    if not budget_spent:
+        return "configuration"
+    if promoter is not None:
+        queued = queue_promotion(study, promoter, finishing=True)
+        if queued is not None:
+            return "continuation" if queued == "queued" else "waiting"
     return None
 
 

@@ -228,6 +228,34 @@ def requeue(
     return f"{reason}; parameters re-queued{where} (attempt {attempt + 1} of {max_retries + 1})"
 
 
+def paused_when_lost(study: optuna.Study, trial: optuna.Trial | FrozenTrial,
+                     promoter: Any) -> int | None:
+    """The rung epoch at which a trial whose result was lost (its worker or its driver died)
+    pauses: its own newest checkpoint is at its last reported epoch and ``promoter`` (a pruner
+    that pauses) says, asked again now, that it pauses there. None otherwise: a re-run then
+    continues from the checkpoint, past the rung only with the pruner's consent. Without this
+    a pause whose answer was lost would be re-run past its rung with no decision at all."""
+    if promoter is None or not getattr(promoter, "pauses", False):
+        return None
+    frozen = study._storage.get_trial(trial._trial_id)  # noqa: SLF001 - rank 0 wrote to it
+    checkpoint = frozen.user_attrs.get(CHECKPOINT_ATTR)
+    epoch = frozen.last_step
+    if not isinstance(checkpoint, dict) or not checkpoint.get("id") or epoch is None:
+        return None
+    if int(checkpoint["epoch"]) != epoch:
+        return None
+    return epoch if promoter.prune(study, frozen) else None
+
+
+def tell_paused(study: optuna.Study, trial: optuna.Trial | FrozenTrial, epoch: int,
+                why: str) -> None:
+    """Tell a trial whose pause result was lost PRUNED, paused at ``epoch`` (promotable)."""
+    _set_attr(study, trial, "detol:paused_at", epoch)
+    _set_attr(study, trial, "exit_reason", f"paused after epoch {epoch} ({why}; its "
+              "checkpoint is kept and the pruner asked again)")
+    study.tell(trial.number, state=TrialState.PRUNED)
+
+
 def resume_point(number: int, attrs: dict[str, Any]) -> dict[str, Any] | None:
     """The newest checkpoint trial ``number`` can continue from: its own, else the one it
     resumed from itself; ``{"id", "epoch", "trial"}`` or None."""
@@ -307,6 +335,10 @@ def recover_orphans(
 
 
 def _fail_orphan(study: optuna.Study, t: FrozenTrial, why: str, max_retries: int) -> None:
+    paused = paused_when_lost(study, t, study.pruner)
+    if paused is not None:  # the driver died before it told the pause
+        tell_paused(study, t, paused, why)
+        return
     reason = requeue(study, t, why, max_retries) if t.params else why
     _set_attr(study, t, "exit_reason", reason)
     study.tell(t.number, state=TrialState.FAIL)
