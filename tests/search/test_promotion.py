@@ -195,6 +195,17 @@ def test_a_retry_after_a_lost_worker_carries_the_lineage_totals() -> None:
     assert retry.user_attrs["detol:lineage_wall_time_s"] == 2.5
 
 
+def _uninterrupted(study_file: Path, params: dict) -> list[dict]:
+    """The per-epoch history of ``params`` trained for every epoch in this process (1 rank)."""
+    from mpi4py import MPI
+
+    from search._study_file import load_study_file
+    from training._trainer import Trainer
+
+    config = load_study_file(study_file).training.with_params(params)
+    return Trainer(config, MPI.COMM_SELF).train().history
+
+
 def _promotion_study(directory: Path, *, trials: int) -> Path:
     path = directory / "study.toml"
     path.write_text(textwrap.dedent(f"""\
@@ -250,6 +261,14 @@ def test_paused_trials_resume_from_their_checkpoints_in_a_real_study(tmp_path: P
         assert sorted(t.intermediate_values) == list(range(1, last + 1))
         assert t.user_attrs["epochs_run"] == last - paused_at
         assert [row["epoch"] for row in t.user_attrs["history"]] == list(range(1, last + 1))
+        # Restored, not re-initialised: its own epochs give what an uninterrupted run of the
+        # same configuration gives (trained here in process: same seed, one rank). A
+        # continuation that never loaded its parent's weights would differ from epoch p+1 on.
+        reference = _uninterrupted(study_file, t.params)
+        for row in t.user_attrs["history"][paused_at:]:
+            want = reference[row["epoch"] - 1]
+            assert row["val_accuracy"] == want["val_accuracy"], (t.number, row["epoch"])
+            assert row["train_loss"] == pytest.approx(want["train_loss"], rel=1e-5)
         assert t.intermediate_values[paused_at] == parent.intermediate_values[paused_at]
         # Work is counted per segment and for the whole lineage.
         assert t.user_attrs["detol:lineage_epochs"] == (
