@@ -24,7 +24,7 @@ from training.contract import open_storage
 EPOCHS = 4
 
 
-def _study_file(directory: Path, trials: int = 6) -> Path:
+def _study_file(directory: Path, trials: int = 6, extra: str = "") -> Path:
     path = directory / "study.toml"
     path.write_text(textwrap.dedent(f"""\
         name = "one-rule"
@@ -43,6 +43,7 @@ def _study_file(directory: Path, trials: int = 6) -> Path:
         dataset = "digits"
         epochs = {EPOCHS}
         ranks = 1
+        {extra}
         [space]
         lr = {{ type = "float", low = 3e-3, high = 0.1, log = true }}
         hidden = {{ type = "int", low = 4, high = 32 }}
@@ -151,10 +152,15 @@ def test_a_driver_killed_between_a_pause_and_its_promotion_resumes_promoting(
     paused = int(marker.read_text())
     study = optuna.load_study(study_name="one-rule", storage=open_storage(storage))
     assert not [t for t in study.trials if t.user_attrs.get(RESUME_OF_ATTR) == paused]
+    # Resumed with a setting a checkpoint restores across (issue 28, item 1): the parents
+    # paused before the kill are promoted from checkpoints written with bucket_kb 256.
+    study_file = _study_file(tmp_path, extra="bucket_kb = 128")
     code, out, err = run_search("run", str(study_file), "--storage", storage, "--no-progress",
                                 cwd=tmp_path, timeout=900)
     assert code == 0, out + err
-    trials = _check_study(storage)
+    trials = _check_study(storage)  # no continuation failed
+    restored = [t for t in trials if t.user_attrs.get(RESUME_OF_ATTR, paused + 1) <= paused]
+    assert restored, "no checkpoint of the first run was restored by the second"
     # The resumed run decided as one uninterrupted driver would on the same curves.
     real, curves = _decisions(trials)
     assert _replayed(curves) == real
