@@ -102,6 +102,7 @@ def _check_study(storage: str) -> list[optuna.trial.FrozenTrial]:
 
 @pytest.mark.mpi
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # a real study on a busy machine
 def test_a_recorded_study_replays_to_the_same_decisions(tmp_path: Path) -> None:
     storage = str(tmp_path / "s.journal")
     code, out, err = run_search("run", str(_study_file(tmp_path)), "--storage", storage,
@@ -134,6 +135,7 @@ _KILLER = textwrap.dedent("""\
 
 @pytest.mark.mpi
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # two real studies on a busy machine
 def test_a_driver_killed_between_a_pause_and_its_promotion_resumes_promoting(
     tmp_path: Path,
 ) -> None:
