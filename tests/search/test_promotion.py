@@ -233,11 +233,12 @@ def _promotion_study(directory: Path, *, trials: int) -> Path:
 
 
 @pytest.mark.mpi
+@pytest.mark.timeout(1200)  # two real studies; minutes on a busy machine
 def test_paused_trials_resume_from_their_checkpoints_in_a_real_study(tmp_path: Path) -> None:
     study_file = _promotion_study(tmp_path, trials=7)
     storage = str(tmp_path / "s.journal")
     code, out, err = run_search("run", str(study_file), "--storage", storage, "--no-progress",
-                                cwd=tmp_path)
+                                cwd=tmp_path, timeout=600)
     assert code == 0, out + err
     trials = optuna.load_study(study_name="promo", storage=open_storage(storage)).trials
     by_number = {t.number: t for t in trials}
@@ -288,7 +289,7 @@ def test_paused_trials_resume_from_their_checkpoints_in_a_real_study(tmp_path: P
     # A second run with a larger budget promotes on the same rungs, from the same storage.
     study_file = _promotion_study(tmp_path, trials=10)
     code, out, err = run_search("run", str(study_file), "--storage", storage, "--no-progress",
-                                cwd=tmp_path)
+                                cwd=tmp_path, timeout=600)
     assert code == 0, out + err
     trials = optuna.load_study(study_name="promo", storage=open_storage(storage)).trials
     assert len([t for t in trials if RESUME_OF_ATTR not in t.user_attrs]) == 10
