@@ -20,7 +20,6 @@ import queue
 import random
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import optuna
@@ -28,6 +27,7 @@ from distributed import Client, Future
 from optuna.trial import TrialState
 
 from search._backend import run_trial_on_worker
+from search._checkpoint_store import fix_store
 from search._cluster_base import MPI
 from search._objectives import is_benchmark, run_function_trial
 from search._outcomes import (
@@ -42,13 +42,16 @@ from search._outcomes import (
     record_genome,
     result_values,
 )
-from search._promotion import PAUSED_ATTR, RESUME_OF_ATTR
-from search._registry import pruner_spec
-from search._segments import (
-    artifact_directory,
-    continue_curve,
-    queue_promotion,
+from search._promotion import (
+    LINEAGE_EPOCHS_ATTR,
+    LINEAGE_RANK_SECONDS_ATTR,
+    LINEAGE_TOTALS,
+    LINEAGE_WALL_ATTR,
+    PAUSED_ATTR,
+    RESUME_OF_ATTR,
 )
+from search._registry import pruner_spec
+from search._segments import continue_curve, next_start
 from search._simclock import EventQueue, SimClock, default_clock
 from search._study import (
     DRIVER_ATTR,
@@ -57,7 +60,9 @@ from search._study import (
     driver_beat_key,
     driver_id,
     finished_configurations,
+    paused_when_lost,
     requeue,
+    tell_paused,
 )
 from search._study_file import StudyFile
 from search._warm_start import duplicate_of
@@ -71,6 +76,12 @@ Event = Callable[[str, optuna.Trial | None, RunCounts, dict[str, Any] | None], N
 # Called on every turn of the loop with whether trials are running (or waiting for a worker);
 # raises (search._cluster_watch.ClusterFailed) when the cluster cannot deliver.
 Watch = Callable[..., None]
+
+
+def untold_configurations(done: list[tuple[Future, Running, dict[str, Any] | None]]) -> int:
+    """How many of the ended, not yet told trials are configurations of the budget (a
+    promoted continuation is not one: counting it would end the study a configuration short)."""
+    return sum(not run.continuation for _future, run, _result in done)
 
 
 class Driver:
@@ -105,9 +116,9 @@ class Driver:
         self.promoter: Any = built if getattr(built, "pauses", False) else None
         self.checkpoints = None
         if sf.checkpointing:
-            store = sf.checkpoints.store or str(artifact_directory(storage_url))
-            if "://" not in store:
-                store = str(Path(store).expanduser().resolve())  # workers may run elsewhere
+            # Fixed when the study first checkpointed, read back from the study (any host,
+            # any directory): search._checkpoint_store.
+            store = fix_store(study, sf, storage_url)
             self.checkpoints = {"store": store, "every": sf.checkpoints.every,
                                 "keep": sf.checkpoints.keep}
         self.owner = driver_id()
@@ -131,15 +142,6 @@ class Driver:
 
     def _finished_count(self) -> int:
         return finished_configurations(self.study)
-
-    def _promote(self, counts: RunCounts, *, finishing: bool = False) -> bool:
-        """Queue the best promotable paused trial, if any, as a continuation (asked next).
-        ``finishing``: the budget of new configurations is spent (search._promotion)."""
-        if self.promoter is None:
-            return False
-        queued = queue_promotion(self.study, self.promoter, finishing=finishing)
-        counts.promoted += queued == "queued"
-        return queued is not None
 
     def _submit(self, counts: RunCounts) -> tuple[Future, Running] | None:
         trial = self.study.ask()
@@ -204,10 +206,7 @@ class Driver:
         )
         self._watch(future)
         self.on_event("started", trial, counts, None)
-        carried = {
-            "epochs": float(attrs.get("detol:lineage_epochs", 0)),
-            "rank_seconds": float(attrs.get("detol:lineage_rank_seconds", 0.0)),
-        }
+        carried = {key: float(attrs.get(key, 0)) for key in LINEAGE_TOTALS}
         return future, Running(
             trial,
             config.ranks,
@@ -271,6 +270,13 @@ class Driver:
             if path:
                 trial.set_user_attr("log_path", path)
                 result = {**result, "log_path": path}
+        if lost and (paused := paused_when_lost(self.study, trial, self.promoter)) is not None:
+            tell_paused(self.study, trial, paused, reason.splitlines()[0])  # a rung: ask again
+            counts.paused += 1
+            counts.pruned += 1
+            counts.continuations += RESUME_OF_ATTR in trial.user_attrs  # not a configuration
+            self.on_event("pruned", trial, counts, result)
+            return
         if lost:  # the worker or its connection died: the parameters deserve another run
             reason = requeue(self.study, trial, reason, self.sf.budget.max_retries)
         trial.set_user_attr("exit_reason", reason)
@@ -304,11 +310,12 @@ class Driver:
         if result.get("epochs_run") is not None:
             # The work of the whole lineage (earlier segments + this one), beside this
             # segment's own epochs_run and rank_seconds.
-            trial.set_user_attr("detol:lineage_epochs",
-                                int(run.carried.get("epochs", 0) + result["epochs_run"]))
-            trial.set_user_attr("detol:lineage_rank_seconds",
-                                run.carried.get("rank_seconds", 0.0)
-                                + float(result.get("rank_seconds") or 0.0))
+            own = {LINEAGE_EPOCHS_ATTR: result["epochs_run"],
+                   LINEAGE_RANK_SECONDS_ATTR: result.get("rank_seconds"),
+                   LINEAGE_WALL_ATTR: result.get("wall_time_s")}
+            for key, value in own.items():
+                total = run.carried.get(key, 0.0) + float(value or 0.0)
+                trial.set_user_attr(key, int(total) if key == LINEAGE_EPOCHS_ATTR else total)
         state = result.get("state")
         values = result_values(result, self.sf.objectives)
         if state in ("complete", "pruned", "paused") and run.continuation:
@@ -384,15 +391,17 @@ class Driver:
         untold: int = 0,
     ) -> None:
         """Start trials until ``concurrency`` run or the budget is covered. ``untold`` trials
-        have ended but are not told yet: they may still complete, so they count as running."""
+        configurations have ended but are not told yet: they may still complete, so they count
+        as running (an untold continuation is no configuration of the budget)."""
         while counts.failed < self.sf.budget.max_failures and len(running) < concurrency:
-            # Promotions first (Li et al.): a paused configuration that is now in its rung's
-            # top 1/eta resumes; they are not new configurations, so the budget allows them.
-            if not self._promote(counts):
-                configurations = sum(not r.continuation for r in running.values())
-                spent = counts.finished + configurations + untold >= trials
-                if spent and not self._promote(counts, finishing=True):
-                    break
+            # The rule of pause-and-promote (search._segments.next_start, which the replay
+            # runs too): promotions first, they are not new configurations.
+            configurations = sum(not r.continuation for r in running.values())
+            spent = counts.finished + configurations + untold >= trials
+            start = next_start(self.study, self.promoter, budget_spent=spent)
+            if start is None:
+                break
+            counts.promoted += start == "continuation"
             submitted = self._submit(counts)
             if submitted is not None:
                 running[submitted[0]] = submitted[1]
@@ -425,8 +434,9 @@ class Driver:
                 if self.watch is not None:
                     self.watch(waiting=bool(running))
                 if done and pipeline and not out_of_time:
+                    untold = untold_configurations(done)
                     self._fill(
-                        running, counts, concurrency=concurrency, trials=trials, untold=len(done)
+                        running, counts, concurrency=concurrency, trials=trials, untold=untold
                     )
                 while done:
                     future, run, result = done.pop(0)

@@ -75,7 +75,8 @@ def _training_columns(t: FrozenTrial, training: dict[str, Any]) -> dict[str, Any
         "samples_per_s": a.get("samples_per_s", np.nan),
     }
     for key in ("start_epoch", "detol:paused_at", "detol:resume_of", "detol:lineage",
-                "detol:lineage_epochs"):
+                "detol:lineage_epochs", "detol:lineage_rank_seconds",
+                "detol:lineage_wall_time_s"):
         if key in a:  # a paused, promoted or resumed trial: its segment of the lineage
             row[key.removeprefix("detol:")] = a[key]
     counters = a.get("counters")

@@ -21,8 +21,11 @@ record: rungs, paused trials and promotions are all read back from it, so a driv
 crashed resumes with the same rungs.
 
 Hyperband (``brackets`` > 1) runs that many ASHA brackets side by side, bracket ``s`` with its
-first rung at ``min_resource * eta**s``; configuration ``n`` (its lineage) belongs to bracket
-``n % brackets`` and competes only within it (Li et al.'s asynchronous Hyperband).
+first rung at ``min_resource * eta**s``; configuration ``n`` belongs to bracket ``n % brackets``
+and competes only within it (Li et al.'s asynchronous Hyperband). ``n`` counts configurations
+in the order they started (:func:`configuration_numbers`), not trial numbers: continuations and
+re-runs use up trial numbers but belong to their lineage's configuration. A configuration that
+failed keeps its number, so a lineage's bracket never changes once it started.
 """
 
 from __future__ import annotations
@@ -37,6 +40,16 @@ from optuna.trial import FrozenTrial, TrialState
 PAUSED_ATTR = "detol:paused_at"  # the epoch at which a (PRUNED) trial paused
 RESUME_OF_ATTR = "detol:resume_of"  # the number of the paused trial this one continues
 LINEAGE_ATTR = "detol:lineage"  # the number of the lineage's first trial
+# The work of a whole lineage up to and including a trial (earlier segments + its own): what
+# `search best`, the report and the export show for a promoted trial, carried from a paused
+# trial to its continuation and from a lost trial to its re-run.
+LINEAGE_EPOCHS_ATTR = "detol:lineage_epochs"
+LINEAGE_RANK_SECONDS_ATTR = "detol:lineage_rank_seconds"
+LINEAGE_WALL_ATTR = "detol:lineage_wall_time_s"
+LINEAGE_TOTALS = (LINEAGE_EPOCHS_ATTR, LINEAGE_RANK_SECONDS_ATTR, LINEAGE_WALL_ATTR)
+# A paused trial whose continuations failed this many times (a continuation that could not
+# restore, a job that crashed) is not promoted again: its checkpoint is taken to be unusable.
+MAX_FAILED_CONTINUATIONS = 2
 # A trial's value at a rung counts while the trial is in one of these states (a failed trial's
 # values do not: its configuration did not finish the rung's work honestly).
 COUNTED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
@@ -44,6 +57,13 @@ COUNTED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
 
 def lineage(trial: FrozenTrial) -> int:
     return int(trial.user_attrs.get(LINEAGE_ATTR, trial.number))
+
+
+def configuration_numbers(trials: Sequence[FrozenTrial]) -> dict[int, int]:
+    """lineage -> its configuration number: 0 for the first configuration started, 1 for the
+    next, ... (a trial starts a lineage unless it continues or re-runs one)."""
+    starts = sorted(t.number for t in trials if lineage(t) == t.number)
+    return {n: i for i, n in enumerate(starts)}
 
 
 def is_segment(trial: FrozenTrial) -> bool:
@@ -79,8 +99,13 @@ class PromotingHalving(optuna.pruners.BasePruner):
         self.max_resource = max_resource
 
     # --- rungs --------------------------------------------------------------------------
-    def bracket(self, lineage_number: int) -> int:
-        return lineage_number % self.brackets
+    def bracket(self, configuration: int) -> int:
+        """The bracket of configuration number ``configuration`` (see configuration_numbers)."""
+        return configuration % self.brackets
+
+    def _bracket_of(self, n: int, configurations: dict[int, int]) -> int:
+        """Lineage ``n``'s bracket (a lineage that is not in the map: its own number)."""
+        return self.bracket(configurations.get(n, n)) if self.brackets > 1 else 0
 
     def rung_epochs(self, bracket: int, until: int) -> list[int]:
         """The rung epochs of ``bracket`` below ``until`` (a trial at ``until`` completes)."""
@@ -94,15 +119,19 @@ class PromotingHalving(optuna.pruners.BasePruner):
         return epoch in self.rung_epochs(bracket, epoch + 1)
 
     def _rung_values(
-        self, trials: Sequence[FrozenTrial], epoch: int, bracket: int
+        self, trials: Sequence[FrozenTrial], epoch: int, bracket: int,
+        configurations: dict[int, int] | None = None,
     ) -> dict[int, float]:
         """lineage -> its value at ``epoch``, over the lineages of ``bracket``."""
+        if configurations is None and self.brackets > 1:
+            configurations = configuration_numbers(trials)
+        configurations = configurations or {}
         values: dict[int, float] = {}
         for t in trials:
             if t.state not in COUNTED or epoch not in t.intermediate_values:
                 continue
             n = lineage(t)
-            if self.bracket(n) == bracket:
+            if self._bracket_of(n, configurations) == bracket:
                 value = t.intermediate_values[epoch]
                 if math.isfinite(value):
                     values.setdefault(n, value)
@@ -127,14 +156,15 @@ class PromotingHalving(optuna.pruners.BasePruner):
         epoch = trial.last_step
         if epoch is None:
             return False
-        n = lineage(trial)
-        bracket = self.bracket(n)
-        if not self._is_rung(bracket, epoch):
-            return False
         if self.max_resource is not None and epoch >= self.max_resource:
             return False
+        n = lineage(trial)
         trials = study.get_trials(deepcopy=False)
-        values = self._rung_values(trials, epoch, bracket)
+        configurations = configuration_numbers(trials) if self.brackets > 1 else {}
+        bracket = self._bracket_of(n, configurations)
+        if not self._is_rung(bracket, epoch):
+            return False
+        values = self._rung_values(trials, epoch, bracket, configurations)
         values[n] = trial.intermediate_values[epoch]  # this very report, however it is stored
         return n not in self._top(values, study.direction)
 
@@ -147,9 +177,8 @@ class PromotingHalving(optuna.pruners.BasePruner):
         a finite study whose top rung holds fewer than eta configurations would end with none
         trained to the last epoch."""
         trials = study.get_trials(deepcopy=False)
-        continued = {
-            int(t.user_attrs[RESUME_OF_ATTR]) for t in trials if RESUME_OF_ATTR in t.user_attrs
-        }
+        continued = continued_parents(trials)
+        configurations = configuration_numbers(trials) if self.brackets > 1 else {}
         out: list[tuple[int, float, FrozenTrial]] = []
         tops: dict[tuple[int, int], set[int]] = {}
         sign = -1.0 if study.direction == StudyDirection.MAXIMIZE else 1.0
@@ -160,16 +189,34 @@ class PromotingHalving(optuna.pruners.BasePruner):
                 continue
             epoch = int(t.user_attrs[PAUSED_ATTR])
             n = lineage(t)
-            key = (epoch, self.bracket(n))
+            key = (epoch, self._bracket_of(n, configurations))
             if key not in tops:
                 tops[key] = self._top(
-                    self._rung_values(trials, epoch, key[1]), study.direction,
+                    self._rung_values(trials, epoch, key[1], configurations), study.direction,
                     at_least_one=finishing,
                 )
             if n in tops[key]:
                 out.append((-epoch, sign * t.intermediate_values[epoch], t))
         out.sort(key=lambda item: (item[0], item[1], item[2].number))
         return [t for _, _, t in out]
+
+
+def continued_parents(trials: Sequence[FrozenTrial]) -> set[int]:
+    """The paused trials that are promoted already: a continuation of theirs waits, runs or
+    ended (complete or paused again). A continuation that failed does not count (a re-run of it
+    after a lost worker, queued by the driver, does), so its parent is promotable again, up to
+    ``MAX_FAILED_CONTINUATIONS`` failures."""
+    live: set[int] = set()
+    failed: dict[int, int] = {}
+    for t in trials:
+        if RESUME_OF_ATTR not in t.user_attrs:
+            continue
+        parent = int(t.user_attrs[RESUME_OF_ATTR])
+        if t.state == TrialState.FAIL:
+            failed[parent] = failed.get(parent, 0) + 1
+        else:
+            live.add(parent)
+    return live | {p for p, n in failed.items() if n >= MAX_FAILED_CONTINUATIONS}
 
 
 def hyperband_brackets(min_resource: int, max_resource: int, reduction_factor: int) -> int:

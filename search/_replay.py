@@ -6,16 +6,16 @@ configurations start in a given order; each trial is one configuration (its Optu
 (``trial.report``) and asks ``trial.should_prune()``, as the trainer's reporter does; an epoch
 takes one unit of simulated time, or the configuration's recorded seconds for it.
 
-A stopping pruner's True stops the trial (PRUNED). A pruner with ``pauses = True`` and
-``promotable(study)`` (``search._promotion.PromotingHalving``) *pauses* it: PRUNED with
-``detol:paused_at``. Whenever a worker is free it first promotes the first promotable paused
-trial -- a new trial with the same configuration, ``detol:resume_of`` / ``detol:lineage`` set,
-which re-reports its parent's values (the curve is whole) and trains on from the next epoch of
-the same curve, as if from its checkpoint -- and only when nothing is promotable starts the next
-configuration. When every configuration has started, free workers keep promoting until nothing
-is promotable, each rung's top then being at least its best configuration, as in the driver
-(``promotable(finishing=True)``). A curve shorter than ``epochs`` is a run that diverged: it
-fails after its last.
+A stopping pruner's True stops the trial (PRUNED). A pruner with ``pauses = True``
+(``search._promotion.PromotingHalving``) *pauses* it: PRUNED with ``detol:paused_at`` and a
+stand-in checkpoint (``detol:checkpoint``, the epoch; no file). What a free worker starts next is
+decided by the driver's own code, :func:`search._segments.next_start`: it queues the promotion
+(``queue_promotion``) that the next ``ask`` takes, and the continuation is given its parent's
+curve with ``continue_curve``, as in the driver, then trains on from the epoch after the
+checkpoint's, on the same recorded curve. The budget counts as spent once every configuration
+has started (the driver's rule with every trial told before the next starts, as on its simulated
+clock). Time is a :class:`search._simclock.SimClock`. A curve shorter than ``epochs`` is a run
+that diverged: it fails after its last.
 
 >>> curves = [[0.1 * i, 0.1 * i + 0.05] for i in range(1, 7)]
 >>> run = replay(curves, optuna.pruners.NopPruner(), concurrency=2, order=range(6))
@@ -31,12 +31,15 @@ import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
-from search._promotion import LINEAGE_ATTR, PAUSED_ATTR, RESUME_OF_ATTR, lineage
+from search._promotion import PAUSED_ATTR
+from search._segments import continue_curve, next_start
+from search._simclock import SimClock
+from search._study import RESUME_FROM_ATTR
+from training.contract import CHECKPOINT_ATTR
 
 CONFIG_PARAM = "config"
 
@@ -97,7 +100,8 @@ class _Replay:
         self.concurrency = concurrency
         self.queue = deque(order)
         self.pauses = bool(getattr(pruner, "pauses", False))
-        self.promotable = getattr(pruner, "promotable", None) if self.pauses else None
+        self.promoter = pruner if self.pauses else None
+        self.clock = SimClock(service=0.0)  # the driver's work costs nothing here
         # Hyperband's brackets hash the study name: a fixed name keeps a replay reproducible.
         self.study = optuna.create_study(
             study_name=study_name,
@@ -110,10 +114,13 @@ class _Replay:
         self.running = 0
         self.spent = 0
         self.budget = sum(len(c) for c in curves)
-        self.now = 0.0
         self.counts = {"complete": 0, "stopped": 0, "paused": 0, "promotions": 0, "failed": 0}
         self.first: dict[int, int] = {}  # trial number -> the first epoch it trains
         self.segments: list[tuple[int, int, int]] = []
+
+    @property
+    def now(self) -> float:
+        return self.clock.now()
 
     def _duration(self, config: int, epoch: int) -> float:
         return 1.0 if self.durations is None else float(self.durations[config][epoch - 1])
@@ -122,37 +129,33 @@ class _Replay:
         end = self.now + self._duration(config, epoch)
         heapq.heappush(self.heap, (end, next(self.seq), trial, config, epoch))
 
-    def _start(self, config: int, parent: FrozenTrial | None = None) -> None:
-        attrs: dict[str, Any] = {}
-        if parent is not None:
-            attrs = {RESUME_OF_ATTR: parent.number, LINEAGE_ATTR: lineage(parent)}
-        self.study.enqueue_trial({CONFIG_PARAM: config}, user_attrs=attrs)
+    def _start(self, config: int | None) -> None:
+        """Ask the next trial: an enqueued continuation (``config`` None) or configuration
+        ``config``."""
+        if config is not None:
+            self.study.enqueue_trial({CONFIG_PARAM: config})
         trial = self.study.ask()
-        trial.suggest_int(CONFIG_PARAM, 0, len(self.curves) - 1)  # the enqueued value
+        config = trial.suggest_int(CONFIG_PARAM, 0, len(self.curves) - 1)  # the enqueued value
         first = 1
-        if parent is not None:  # the curve so far, from the checkpoint's history: not trained
-            for step, value in sorted(parent.intermediate_values.items()):
-                trial.report(value, step)
-            first = int(parent.user_attrs[PAUSED_ATTR]) + 1
+        resume = trial.user_attrs.get(RESUME_FROM_ATTR)
+        if resume is not None:  # the curve so far, from its checkpoint: not trained again
+            continue_curve(self.study, trial, resume, multi_objective=False)
+            first = int(resume["epoch"]) + 1
         self.first[trial.number] = first
         self.running += 1
         self._schedule(trial, config, first)
 
     def _fill(self) -> None:
-        """Free workers: promote first, else start the next configuration."""
+        """Free workers: what the driver starts (search._segments.next_start)."""
         while self.running < self.concurrency:
-            waiting = self.promotable(self.study) if self.promotable is not None else []
-            if not waiting and not self.queue and self.promotable is not None:
-                # Every configuration has started: the driver's end game (no rung grows).
-                waiting = self.promotable(self.study, finishing=True)
-            if waiting:
-                parent = waiting[0]
-                self.counts["promotions"] += 1
-                self._start(int(parent.params[CONFIG_PARAM]), parent)
-            elif self.queue:
+            start = next_start(self.study, self.promoter, budget_spent=not self.queue)
+            if start is None:
+                return
+            if start == "configuration":
                 self._start(self.queue.popleft())
             else:
-                return
+                self.counts["promotions"] += start == "continuation"
+                self._start(None)
 
     def _end(self, trial: optuna.Trial, config: int, epoch: int, outcome: str) -> None:
         self.counts[outcome] += 1
@@ -178,6 +181,7 @@ class _Replay:
             self._schedule(trial, config, epoch + 1)
         elif self.pauses:
             trial.set_user_attr(PAUSED_ATTR, epoch)
+            trial.set_user_attr(CHECKPOINT_ATTR, {"id": f"replay-{trial.number}", "epoch": epoch})
             self.study.tell(trial, state=TrialState.PRUNED)
             self._end(trial, config, epoch, "paused")
         else:
@@ -187,7 +191,8 @@ class _Replay:
     def run(self) -> ReplayRun:
         self._fill()
         while self.heap:
-            self.now, _, trial, config, epoch = heapq.heappop(self.heap)
+            end, _, trial, config, epoch = heapq.heappop(self.heap)
+            self.clock.advance_to(end)
             self._epoch_end(trial, config, epoch)
             self._fill()  # also retries idle workers: a report may make a paused trial promotable
         complete = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))

@@ -74,6 +74,11 @@ def _best_table(study: optuna.Study, n: int = 10) -> str:
         front = {t.number for t in study.best_trials}
         done = done[done["number"].isin(front)]
         caption = f"Pareto front ({len(done)} trials)"
+    # A promoted trial's epochs and rank-seconds: its whole lineage's (issue 28).
+    for own, whole in (("epochs", "lineage_epochs"), ("rank_seconds", "lineage_rank_seconds"),
+                       ("wall_time_s", "lineage_wall_time_s")):
+        if whole in done.columns and own in done.columns:
+            done = done.assign(**{own: done[whole].fillna(done[own])})
     params = [c for c in done.columns if c.startswith("params_") and "genome." not in c]
     searched = {c.removeprefix("params_") for c in params}
     attrs = [c for c in SUMMARY[objective_kind(study)] if c not in searched]

@@ -21,6 +21,7 @@ import optuna
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from search._checkpoint_store import check_store
 from search._cluster import check_cluster, open_cluster, with_overrides
 from search._cluster_watch import ClusterFailed, ClusterHandle
 from search._columns import format_seconds
@@ -92,6 +93,8 @@ def plan_run(study_file: Path, *, storage: str | None, trials: int | None,
     existing = None if storage_obj is None else _existing_study(storage_obj, sf.name)
     # A study name that exists must go on with a study file that keeps its trials comparable.
     notes = [] if existing is None else check_same_study(existing, sf, redact(url))
+    if existing is not None:  # another checkpoint store than the study's: refused now
+        check_store(existing, sf)
     plan = Plan(sf, url, trials or sf.budget.trials, concurrency or sf.budget.concurrency,
                 with_overrides(sf.cluster, **overrides), storage_obj, existing, notes=notes)
     plan.finished = 0 if existing is None else _finished_count(existing)

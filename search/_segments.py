@@ -3,28 +3,18 @@ a re-run after a lost worker), as the driver queues and starts them."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
 import optuna
 from optuna.trial import TrialState
 
-from search._promotion import LINEAGE_ATTR, RESUME_OF_ATTR, lineage
+from search._checkpoint_store import artifact_directory, beside_storage
+from search._promotion import LINEAGE_ATTR, LINEAGE_TOTALS, RESUME_OF_ATTR, lineage
 from search._study import RESUME_FROM_ATTR
-from training.contract import CHECKPOINT_ATTR, VECTOR_ATTR, storage_file
+from training.contract import CHECKPOINT_ATTR, VECTOR_ATTR
 
-
-def beside_storage(storage_url: str) -> Path:
-    """The directory of a journal or SQLite storage file, else the working directory: where
-    detol keeps what belongs to the storage's studies (checkpoints, failed trials' logs)."""
-    path = storage_file(storage_url)
-    return Path(path).expanduser().resolve().parent if path else Path.cwd()
-
-
-def artifact_directory(storage_url: str) -> Path:
-    """The default checkpoint store, one for every study of the storage (artifact ids are
-    UUIDs): ``detol-artifacts`` beside it. ``search dashboard`` serves it."""
-    return beside_storage(storage_url) / "detol-artifacts"
+__all__ = ["artifact_directory", "beside_storage", "continue_curve", "next_start",
+           "queue_promotion"]
 
 
 def queue_promotion(
@@ -47,13 +37,37 @@ def queue_promotion(
                 LINEAGE_ATTR: lineage(parent),
                 RESUME_FROM_ATTR: {"id": checkpoint["id"], "epoch": int(checkpoint["epoch"]),
                                    "trial": parent.number},
-                "detol:lineage_epochs": parent.user_attrs.get("detol:lineage_epochs", 0),
-                "detol:lineage_rank_seconds": parent.user_attrs.get(
-                    "detol:lineage_rank_seconds", 0.0),
+                **{k: parent.user_attrs[k] for k in LINEAGE_TOTALS if k in parent.user_attrs},
             },
             skip_if_exists=False,
         )
         return "queued"
+    return None
+
+
+Start = Literal["continuation", "waiting", "configuration"]
+
+
+def next_start(study: optuna.Study, promoter: Any, *, budget_spent: bool) -> Start | None:
+    """What a free worker starts next: the rule of pause-and-promote, shared by the driver
+    (search._driver) and the replay of recorded curves (search._replay).
+
+    Promotions first (Li et al.): "continuation" when the best promotable paused trial was
+    queued now, "waiting" when a continuation is queued already (the next ``ask`` takes either).
+    Else "configuration" while the budget of new configurations is not spent. Once it is
+    (``budget_spent``: every configuration started or told), no rung grows any more, so each
+    rung's best is promoted (``finishing``) until none is left; then None: nothing to start.
+    ``promoter`` None (a pruner that does not pause): configurations only."""
+    if promoter is not None:
+        queued = queue_promotion(study, promoter)
+        if queued is not None:
+            return "continuation" if queued == "queued" else "waiting"
+    if not budget_spent:
+        return "configuration"
+    if promoter is not None:
+        queued = queue_promotion(study, promoter, finishing=True)
+        if queued is not None:
+            return "continuation" if queued == "queued" else "waiting"
     return None
 
 

@@ -13,11 +13,12 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from search import _warm_start as warm_start
+from search._checkpoint_store import check_store, fix_store
 from search._errors import StudyError
-from search._promotion import LINEAGE_ATTR, RESUME_OF_ATTR
+from search._promotion import LINEAGE_ATTR, LINEAGE_EPOCHS_ATTR, LINEAGE_TOTALS, RESUME_OF_ATTR
 from search._registry import build_sampler, pruner_spec
 from search._study_file import StudyFile
-from training.contract import CHECKPOINT_ATTR, USED_BY, TrainConfig
+from training.contract import CHECKPOINT_ATTR, FREE_ON_RESTORE, USED_BY, TrainConfig
 
 DRIVER_ATTR = "detol:driver"
 HEARTBEAT_ATTR = "detol:heartbeat"  # wall-clock time the owning driver last saw the trial alive
@@ -45,10 +46,11 @@ CHANGES_ATTR = "detol:study_changes"  # the accepted changes, one entry per run 
 # Keys of the study file that only say how (or how long) to run: changing them keeps every trial
 # comparable. Strategy and pruner change which trials are run, not what a trial means: allowed,
 # and said. Anything else (objective, metric, direction, [training], [space]) changes what a
-# trial's value means: refused.
+# trial's value means: refused. The [training] settings that may change are exactly those a
+# checkpoint restores across (training._artifacts.FREE_ON_RESTORE, less ``epochs``, which
+# changes what a trial's value means): a paused trial stays promotable whatever changes here.
 _HOW_TO_RUN = ("name", "storage", "budget.", "cluster.", "launcher.", "checkpoints.",
-               "training.threads_per_rank",
-               "training.bucket_kb", "training.mpi_async_progress", "training.agree_timeout_s")
+               *(f"training.{k}" for k in FREE_ON_RESTORE if k != "epochs"))
 _DECIDERS = ("strategy.", "pruner.")
 
 
@@ -143,6 +145,7 @@ def open_study(
         existing = None
     directions = [optuna.study.StudyDirection[d.upper()] for d in sf.directions]
     if existing is not None:
+        check_store(existing, sf)  # before anything is written
         if list(existing.directions) != directions:
             have = [d.name.lower() for d in existing.directions]
             raise StudyError(
@@ -184,6 +187,7 @@ def open_study(
                             "changes": notes})
             study.set_user_attr(CHANGES_ATTR, history)
             study.set_user_attr(STUDY_ATTR, _stored_form(sf))
+    fix_store(study, sf, url)  # every later run reads the checkpoints from there
     if sources:
         warm_start.apply(study, sf, sources)
     return study
@@ -210,10 +214,46 @@ def requeue(
     resume = resume_point(trial.number, attrs)
     if resume is not None:
         carried[RESUME_FROM_ATTR] = resume
+    # The lineage's work so far: what the lost trial was given, plus the epochs it trained up
+    # to its own checkpoint (kept; those after it are lost, and so is the lost segment's time).
+    carried.update({k: attrs[k] for k in LINEAGE_TOTALS if k in attrs})
+    if resume is not None and resume["trial"] == trial.number:
+        inherited = attrs.get(RESUME_FROM_ATTR)
+        start = int(inherited["epoch"]) + 1 if isinstance(inherited, dict) else 1
+        carried[LINEAGE_EPOCHS_ATTR] = int(attrs.get(LINEAGE_EPOCHS_ATTR, 0)) + max(
+            0, int(resume["epoch"]) - start + 1)
     study.enqueue_trial(trial.params, user_attrs=carried, skip_if_exists=False)
     _set_attr(study, trial, "detol:requeued", True)
     where = f" from its epoch-{resume['epoch']} checkpoint" if resume is not None else ""
     return f"{reason}; parameters re-queued{where} (attempt {attempt + 1} of {max_retries + 1})"
+
+
+def paused_when_lost(study: optuna.Study, trial: optuna.Trial | FrozenTrial,
+                     promoter: Any) -> int | None:
+    """The rung epoch at which a trial whose result was lost (its worker or its driver died)
+    pauses: its own newest checkpoint is at its last reported epoch and ``promoter`` (a pruner
+    that pauses) says, asked again now, that it pauses there. None otherwise: a re-run then
+    continues from the checkpoint, past the rung only with the pruner's consent. Without this
+    a pause whose answer was lost would be re-run past its rung with no decision at all."""
+    if promoter is None or not getattr(promoter, "pauses", False):
+        return None
+    frozen = study._storage.get_trial(trial._trial_id)  # noqa: SLF001 - rank 0 wrote to it
+    checkpoint = frozen.user_attrs.get(CHECKPOINT_ATTR)
+    epoch = frozen.last_step
+    if not isinstance(checkpoint, dict) or not checkpoint.get("id") or epoch is None:
+        return None
+    if int(checkpoint["epoch"]) != epoch:
+        return None
+    return epoch if promoter.prune(study, frozen) else None
+
+
+def tell_paused(study: optuna.Study, trial: optuna.Trial | FrozenTrial, epoch: int,
+                why: str) -> None:
+    """Tell a trial whose pause result was lost PRUNED, paused at ``epoch`` (promotable)."""
+    _set_attr(study, trial, "detol:paused_at", epoch)
+    _set_attr(study, trial, "exit_reason", f"paused after epoch {epoch} ({why}; its "
+              "checkpoint is kept and the pruner asked again)")
+    study.tell(trial.number, state=TrialState.PRUNED)
 
 
 def resume_point(number: int, attrs: dict[str, Any]) -> dict[str, Any] | None:
@@ -295,6 +335,10 @@ def recover_orphans(
 
 
 def _fail_orphan(study: optuna.Study, t: FrozenTrial, why: str, max_retries: int) -> None:
+    paused = paused_when_lost(study, t, study.pruner)
+    if paused is not None:  # the driver died before it told the pause
+        tell_paused(study, t, paused, why)
+        return
     reason = requeue(study, t, why, max_retries) if t.params else why
     _set_attr(study, t, "exit_reason", reason)
     study.tell(t.number, state=TrialState.FAIL)

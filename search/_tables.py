@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from search._columns import format_seconds, format_total, objective_kind
+from search._promotion import LINEAGE_EPOCHS_ATTR, LINEAGE_WALL_ATTR, RESUME_OF_ATTR
 
 
 def _fmt(value: Any) -> str:
@@ -31,6 +32,18 @@ _EXTRAS = {
     "function": (("time s", "wall_time_s"),),
     "other": (("test_acc", "test_accuracy"), ("epochs", "epochs_run"), ("time s", "wall_time_s")),
 }
+
+
+# A promoted trial's own epochs and time are its last segment's; the table shows its lineage's
+# (search._promotion.LINEAGE_TOTALS), beside an unpruned trial's whole run.
+_WHOLE_LINEAGE = {"epochs_run": LINEAGE_EPOCHS_ATTR, "wall_time_s": LINEAGE_WALL_ATTR}
+
+
+def _lineage_or_own(t: FrozenTrial, key: str) -> Any:
+    whole = _WHOLE_LINEAGE.get(key)
+    if whole is not None and whole in t.user_attrs:
+        return t.user_attrs[whole]
+    return t.user_attrs.get(key, "")
 
 
 def _cell(key: str, value: Any) -> str:
@@ -68,7 +81,8 @@ def best_table(study: optuna.Study, n: int = 5) -> Table:
     if genomes:
         table.add_column("genome")
     extras = [(label, key) for label, key in _EXTRAS[objective_kind(study)]
-              if any(key in t.user_attrs for t in trials)]
+              if any(key in t.user_attrs or _WHOLE_LINEAGE.get(key) in t.user_attrs
+                     for t in trials)]
     for label, _ in extras:
         table.add_column(label, justify="right")
     for column in table.columns:
@@ -79,7 +93,7 @@ def best_table(study: optuna.Study, n: int = 5) -> Table:
             *[_fmt(v) for v in t.values],
             *[_fmt(t.params.get(p, "")) for p in params],
             *([escape(str(t.user_attrs.get("genome_summary", "")))] if genomes else []),
-            *[_cell(key, t.user_attrs.get(key, "")) for _, key in extras],
+            *[_cell(key, _lineage_or_own(t, key)) for _, key in extras],
         )
     return table
 
@@ -99,7 +113,10 @@ def status_table(study: optuna.Study, storage_label: str) -> Table:
     for state in ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING"):
         table.add_row(f"  {state.lower()}", str(counts.get(state, 0)))
         if state == "PRUNED" and paused:  # pause-and-promote: a paused trial is PRUNED
-            resumed = sum(1 for t in trials if "detol:resume_of" in t.user_attrs)
+            # A continuation that failed (it could not restore, its job crashed) promoted
+            # nothing: its parent is promotable again (search._promotion.continued_parents).
+            resumed = sum(1 for t in trials if RESUME_OF_ATTR in t.user_attrs
+                          and t.state != TrialState.FAIL)
             table.add_row("    paused", f"{paused} (promoted: {resumed} continuations)")
     best = best_trials(study, 1)
     if best and len(names) == 1:

@@ -269,13 +269,14 @@ def _checkpoint_store(url: str, study: Any = None) -> Any:
     """The artifact store the checkpoints are in (``study``'s ``[checkpoints] store``, else
     the default beside the storage), when it exists, so the dashboard lists and serves them;
     None otherwise."""
+    from search._checkpoint_store import artifact_directory, recorded_store
     from search._columns import study_config
-    from search._segments import artifact_directory
     from training.contract import artifact_store
 
     where = None
-    if study is not None:
-        where = (study_config(study).get("checkpoints") or {}).get("store")
+    if study is not None:  # the store the study recorded, else its file's (older studies)
+        where = recorded_store(study) or (study_config(study).get("checkpoints") or {}).get(
+            "store")
     if where is None:
         default = artifact_directory(url)
         where = str(default) if default.is_dir() else None

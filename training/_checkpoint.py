@@ -4,8 +4,10 @@ Rank 0 writes, every rank restores. One file holds every rank's part (model, opt
 algorithm's own state, torch's random state, steps taken), because the ranks of ASGD and local
 SGD hold different weights between averages: a checkpoint written by P ranks restores on P ranks
 only, and a job of another size is refused before it trains. Beside them: the epoch, the
-learning curve so far, the training seconds spent, and the configuration, which must match the
-resuming trial's (all but ``epochs``).
+learning curve so far, the training seconds spent, the configuration, and the settings of it that
+do not matter for restoring (``free_on_restore``: how long and how fast to train, never a shape
+or an algorithm's state; training._artifacts.FREE_ON_RESTORE). Every other setting must match
+the resuming trial's; a free one may differ (a study resumed with another ``bucket_kb``).
 
 The file is uploaded with ``optuna.artifacts.upload_artifact`` to the trial that wrote it, so
 optuna-dashboard lists it and a notebook finds it; the trial's user attribute
@@ -26,7 +28,7 @@ from typing import Any
 import torch
 from mpi4py import MPI
 
-from training._artifacts import CheckpointPlan
+from training._artifacts import FREE_ON_RESTORE, CheckpointPlan
 
 FORMAT = 1
 
@@ -51,7 +53,10 @@ def check_compatible(saved: dict[str, Any], config: dict[str, Any], ranks: int) 
             "(each rank's state is restored on the same rank)"
         )
     theirs, ours = saved["config"], config
-    differ = sorted(k for k in set(theirs) | set(ours) if k != "epochs"
+    # Free only where both the writer and this reader say so (a checkpoint of an older detol
+    # names none: this version's list applies).
+    free = set(FREE_ON_RESTORE) & set(saved.get("free_on_restore", FREE_ON_RESTORE))
+    differ = sorted(k for k in set(theirs) | set(ours) if k not in free
                     and theirs.get(k) != ours.get(k))
     if differ:
         what = ", ".join(f"{k}: {theirs.get(k)!r} != {ours.get(k)!r}" for k in differ[:4])
@@ -91,7 +96,8 @@ class Checkpointer:
             raise RuntimeError("rank 0 needs an upload function to write checkpoints")
         with tempfile.TemporaryDirectory(prefix="detol-ckpt-") as tmp:
             path = os.path.join(tmp, f"checkpoint-epoch{header['epoch']}.pt")
-            torch.save({**header, "format": FORMAT, "rank_states": states}, path)
+            torch.save({**header, "format": FORMAT, "free_on_restore": list(FREE_ON_RESTORE),
+                        "rank_states": states}, path)
             self.bytes = os.path.getsize(path)
             artifact_id = self._upload(path, int(header["epoch"]))
         self.written.append(artifact_id)

@@ -10,7 +10,12 @@ is :mod:`training.launch`.
 'postgresql://me:***@db/optuna'
 """
 
-from training._artifacts import CHECKPOINT_ATTR, CheckpointPlan, artifact_store
+from training._artifacts import (
+    CHECKPOINT_ATTR,
+    FREE_ON_RESTORE,
+    CheckpointPlan,
+    artifact_store,
+)
 from training._config import (
     METRICS,
     MIN_RANKS,
@@ -32,6 +37,7 @@ __all__ = [
     "CheckpointPlan",
     "DEFAULT_LAUNCHER",
     "DEFAULT_STORAGE",
+    "FREE_ON_RESTORE",
     "METRICS",
     "PluginError",
     "MIN_RANKS",

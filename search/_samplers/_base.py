@@ -238,6 +238,8 @@ def seen_keys(
         if tid in done or tid == exclude:
             continue
         params = params_of(t)
+        if t.state == TrialState.WAITING:  # enqueued: Optuna keeps its values aside until ask
+            params = {**t.system_attrs.get("fixed_params", {}), **params}
         where = (sid, tid)
         hit = cache.open.get(where)
         if hit is not None and hit[0] == len(params):

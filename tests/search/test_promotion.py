@@ -16,6 +16,7 @@ from search._promotion import (
     PAUSED_ATTR,
     RESUME_OF_ATTR,
     PromotingHalving,
+    configuration_numbers,
     hyperband_brackets,
 )
 from tests.cli_helpers import run_search, search_command
@@ -134,6 +135,77 @@ def test_hyperband_brackets_do_not_compete() -> None:
     assert [t.number for t in pruner.promotable(study)] == [2]
 
 
+def test_a_failed_continuation_leaves_its_parent_promotable_again() -> None:
+    study = _study(PromotingHalving(1, 2))
+    pruner = study.pruner
+    assert isinstance(pruner, PromotingHalving)
+    best = _paused(study, [0.9])
+    _paused(study, [0.1])
+    assert [t.number for t in pruner.promotable(study)] == [best.number]
+    # Its continuation could not restore (or crashed): the lineage is not lost for good.
+    attrs = {RESUME_OF_ATTR: best.number, LINEAGE_ATTR: best.number}
+    assert _asks_to_pause(study, [0.9], **attrs) is False  # told FAIL
+    assert [t.number for t in pruner.promotable(study)] == [best.number]
+    # ... but a checkpoint that fails every time is not retried for ever.
+    _asks_to_pause(study, [0.9], **attrs)
+    assert pruner.promotable(study) == []
+
+
+def test_hyperband_brackets_follow_configuration_numbers_not_trial_numbers() -> None:
+    pruner = PromotingHalving(1, 2, brackets=2, max_resource=8)
+    study = _study(pruner)
+    first = _paused(study, [0.5])  # configuration 0: bracket 0 (rungs 1, 2, 4)
+    # A continuation uses up trial number 1 ...
+    _paused(study, [0.5, 0.6], **{RESUME_OF_ATTR: first.number, LINEAGE_ATTR: first.number})
+    # ... so trial 2 is configuration 1 (bracket 1: rungs 2, 4), trial 3 configuration 2.
+    assert not _asks_to_pause(study, [0.1])  # epoch 1 is no rung of bracket 1
+    assert _asks_to_pause(study, [0.1])  # bracket 0 at rung 1: 0.5 beats it
+    # A re-run (after a lost worker) belongs to its configuration too.
+    _asks_to_pause(study, [0.5], **{LINEAGE_ATTR: 3, "detol:retry_of": 3})
+    numbers = configuration_numbers(study.get_trials(deepcopy=False))
+    assert numbers == {0: 0, 2: 1, 3: 2}
+    counts = [0, 0]
+    for n in numbers.values():
+        counts[pruner.bracket(n)] += 1
+    assert counts == [2, 1]
+
+
+def test_a_retry_after_a_lost_worker_carries_the_lineage_totals() -> None:
+    from search._study import RESUME_FROM_ATTR, requeue
+
+    study = _study(PromotingHalving(1, 2))
+    parent = _paused(study, [0.5, 0.6], **{"detol:lineage_epochs": 2,
+                                           "detol:lineage_rank_seconds": 4.0,
+                                           "detol:lineage_wall_time_s": 2.5})
+    # A continuation from the parent's epoch-2 checkpoint, as queue_promotion makes it ...
+    study.enqueue_trial({}, user_attrs={
+        RESUME_OF_ATTR: parent.number, LINEAGE_ATTR: parent.number,
+        RESUME_FROM_ATTR: {"id": "a", "epoch": 2, "trial": parent.number},
+        "detol:lineage_epochs": 2, "detol:lineage_rank_seconds": 4.0,
+        "detol:lineage_wall_time_s": 2.5})
+    trial = study.ask()
+    # ... trains epochs 3 and 4, checkpoints at 4, and is lost with its worker.
+    trial.set_user_attr(CHECKPOINT_ATTR, {"id": "b", "epoch": 4, "store": "x"})
+    requeue(study, trial, "worker lost", max_retries=1)
+    retry = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))[0]
+    assert retry.user_attrs[LINEAGE_ATTR] == parent.number
+    assert retry.user_attrs[RESUME_OF_ATTR] == parent.number
+    assert retry.user_attrs["detol:lineage_epochs"] == 4  # 2 before + epochs 3, 4 kept
+    assert retry.user_attrs["detol:lineage_rank_seconds"] == 4.0
+    assert retry.user_attrs["detol:lineage_wall_time_s"] == 2.5
+
+
+def _uninterrupted(study_file: Path, params: dict) -> list[dict]:
+    """The per-epoch history of ``params`` trained for every epoch in this process (1 rank)."""
+    from mpi4py import MPI
+
+    from search._study_file import load_study_file
+    from training._trainer import Trainer
+
+    config = load_study_file(study_file).training.with_params(params)
+    return Trainer(config, MPI.COMM_SELF).train().history
+
+
 def _promotion_study(directory: Path, *, trials: int) -> Path:
     path = directory / "study.toml"
     path.write_text(textwrap.dedent(f"""\
@@ -161,11 +233,12 @@ def _promotion_study(directory: Path, *, trials: int) -> Path:
 
 
 @pytest.mark.mpi
+@pytest.mark.timeout(1200)  # two real studies; minutes on a busy machine
 def test_paused_trials_resume_from_their_checkpoints_in_a_real_study(tmp_path: Path) -> None:
     study_file = _promotion_study(tmp_path, trials=7)
     storage = str(tmp_path / "s.journal")
     code, out, err = run_search("run", str(study_file), "--storage", storage, "--no-progress",
-                                cwd=tmp_path)
+                                cwd=tmp_path, timeout=600)
     assert code == 0, out + err
     trials = optuna.load_study(study_name="promo", storage=open_storage(storage)).trials
     by_number = {t.number: t for t in trials}
@@ -189,6 +262,14 @@ def test_paused_trials_resume_from_their_checkpoints_in_a_real_study(tmp_path: P
         assert sorted(t.intermediate_values) == list(range(1, last + 1))
         assert t.user_attrs["epochs_run"] == last - paused_at
         assert [row["epoch"] for row in t.user_attrs["history"]] == list(range(1, last + 1))
+        # Restored, not re-initialised: its own epochs give what an uninterrupted run of the
+        # same configuration gives (trained here in process: same seed, one rank). A
+        # continuation that never loaded its parent's weights would differ from epoch p+1 on.
+        reference = _uninterrupted(study_file, t.params)
+        for row in t.user_attrs["history"][paused_at:]:
+            want = reference[row["epoch"] - 1]
+            assert row["val_accuracy"] == want["val_accuracy"], (t.number, row["epoch"])
+            assert row["train_loss"] == pytest.approx(want["train_loss"], rel=1e-5)
         assert t.intermediate_values[paused_at] == parent.intermediate_values[paused_at]
         # Work is counted per segment and for the whole lineage.
         assert t.user_attrs["detol:lineage_epochs"] == (
@@ -208,7 +289,7 @@ def test_paused_trials_resume_from_their_checkpoints_in_a_real_study(tmp_path: P
     # A second run with a larger budget promotes on the same rungs, from the same storage.
     study_file = _promotion_study(tmp_path, trials=10)
     code, out, err = run_search("run", str(study_file), "--storage", storage, "--no-progress",
-                                cwd=tmp_path)
+                                cwd=tmp_path, timeout=600)
     assert code == 0, out + err
     trials = optuna.load_study(study_name="promo", storage=open_storage(storage)).trials
     assert len([t for t in trials if RESUME_OF_ATTR not in t.user_attrs]) == 10

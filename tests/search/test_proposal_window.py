@@ -114,8 +114,17 @@ def test_incremental_group_space_gives_optunas_groups_in_optunas_order() -> None
     assert len(b) > 2  # the names did split into several groups
 
 
+def _recount_params(t: optuna.trial.FrozenTrial) -> dict:
+    """A trial's parameters, a WAITING (enqueued) one's from Optuna's ``fixed_params`` (its
+    ``params`` stay empty until it is asked)."""
+    if t.state == TrialState.WAITING:
+        return dict(t.system_attrs["fixed_params"])
+    return t.params
+
+
 def test_seen_keys_incremental_equals_a_full_recount() -> None:
-    """Running trials that complete, fail or stay running: the kept keys equal a recount."""
+    """Running trials that complete, fail or stay running, and enqueued (WAITING) ones: the
+    kept keys equal a recount."""
     study = filled(CELL, 50, running=30)
     cache = KeyCache()
 
@@ -123,6 +132,7 @@ def test_seen_keys_incremental_equals_a_full_recount() -> None:
         return candidate_key(CELL, params)
 
     rng = np.random.default_rng(2)
+    waiting = []
     for _ in range(5):
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             u = rng.random()
@@ -130,12 +140,17 @@ def test_seen_keys_incremental_equals_a_full_recount() -> None:
                 study.tell(t.number, float(u))
             elif u < 0.4:
                 study.tell(t.number, state=TrialState.FAIL)
+        rec = draw(CELL, uniform_choice, rng)  # a candidate queued for later (warm start, retry)
+        study.enqueue_trial(rec.params)
+        waiting.append(key(rec.params))
+        study._thread_local.cached_all_trials = None  # as ask() does before a proposal
         got = seen_keys(study, -1, cache, key)
         recount = {
-            key(t.params) for t in study.get_trials(deepcopy=False)
+            key(_recount_params(t)) for t in study.get_trials(deepcopy=False)
             if t.state != TrialState.FAIL
         }
         assert got == recount - {None}
+        assert set(waiting) <= got  # the blind spot of issue 28: a waiting one proposed again
     failed = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.FAIL]
     assert failed and any(key(t.params) not in got for t in failed)
 

@@ -120,14 +120,24 @@ def test_a_promoted_trial_continues_its_parent_and_its_epochs_count_once() -> No
     continuations = [t for t in trials if RESUME_OF_ATTR in t.user_attrs]
     assert run.promotions == len(continuations) > 0
     by_number = {t.number: t for t in trials}
+    segments = list(run.segments)  # what the simulated workers trained: (config, first, last)
     for t in continuations:
         parent = by_number[t.user_attrs[RESUME_OF_ATTR]]
         assert parent.state is TrialState.PRUNED and PAUSED_ATTR in parent.user_attrs
         assert t.params == parent.params and lineage(t) == lineage(parent)
         paused_at = parent.user_attrs[PAUSED_ATTR]
+        c = t.params["config"]
+        # Continued from the checkpoint, not restarted: the worker trained from the epoch after
+        # the pause (a restart would train from epoch 1) ...
+        mine = (c, paused_at + 1, t.last_step)
+        assert mine in segments, (mine, [s for s in segments if s[0] == c])
+        segments.remove(mine)
+        # ... and what it reported for its own epochs is the curve at those epochs, not its
+        # first epochs again (each crossing curve's values differ from epoch to epoch).
+        for e in range(paused_at + 1, t.last_step + 1):
+            assert t.intermediate_values[e] == curves[c][e - 1]
+            assert curves[c][e - 1] != curves[c][e - 1 - paused_at]
         assert sorted(t.intermediate_values) == list(range(1, t.last_step + 1))  # whole curve
-        assert all(t.intermediate_values[e] == parent.intermediate_values[e]
-                   for e in range(1, paused_at + 1))
     # Epochs trained: per configuration, the furthest any of its trials got -- never the
     # re-reported epochs of a continuation again.
     furthest: dict[int, int] = {}
