@@ -11,11 +11,12 @@ from typing import Any
 
 CHECKPOINT_ATTR = "detol:checkpoint"
 # The training settings a checkpoint restores across: they say how fast (or how long) to train,
-# not what is trained (nor how an own loop waits, nor how many loader processes read) -- no tensor's shape and no algorithm state depends on them (sync SGD's
-# buckets are views rebuilt at start; threads and MPICH's progress thread hold no state). Every
-# other setting of the configuration must match the resuming trial's (training/_checkpoint.py),
-# and a study may change only these between runs (search/_study.py). ``checkpoints.*`` is not
-# part of a trial's configuration at all.
+# not what is trained -- no tensor's shape and no algorithm state depends on them (sync SGD's
+# buckets are views rebuilt at start; threads, MPICH's progress thread, an own loop's agreement
+# timeout and the data loader's worker processes hold no state). Every other setting of the
+# configuration must match the resuming trial's (training/_checkpoint.py), and a study may change
+# only these between runs (search/_study.py). ``checkpoints.*`` is not part of a trial's
+# configuration at all.
 FREE_ON_RESTORE = (
     "epochs", "bucket_kb", "threads_per_rank", "mpi_async_progress", "agree_timeout_s",
     "loader_workers",
