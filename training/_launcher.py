@@ -16,8 +16,10 @@ from typing import Any
 
 DEFAULT_LAUNCHER = "mpiexec -n {ranks}"
 # A job whose ranks all run on one machine: UCX (the mpich wheel's and Open MPI's fast path)
-# over shared memory and loopback only, so the ranks open no port on the machine's network.
-SINGLE_NODE_ENV = {"UCX_TLS": "self,sm", "UCX_NET_DEVICES": "lo"}
+# over shared memory and loopback only, so the ranks open no port on the machine's network;
+# DETOL_SINGLE_NODE also swaps Hydra for MPICH's gforker (see :func:`launcher_argv`).
+SINGLE_NODE_ENV = {"UCX_TLS": "self,sm", "UCX_NET_DEVICES": "lo", "DETOL_SINGLE_NODE": "1"}
+_HYDRA = ("mpiexec", "mpirun", "mpiexec.hydra")
 _TAIL = 3000
 
 
@@ -39,14 +41,34 @@ def resolve_program(name: str) -> str:
     return found
 
 
-def launcher_argv(command: str | Sequence[str], ranks: int) -> list[str]:
-    """``"mpiexec -n {ranks}"`` -> ``["/venv/bin/mpiexec", "-n", "2"]``."""
+def launcher_argv(
+    command: str | Sequence[str], ranks: int, env: Mapping[str, str] | None = None
+) -> list[str]:
+    """``"mpiexec -n {ranks}"`` -> ``["/venv/bin/mpiexec", "-n", "2"]``.
+
+    For a single-node job (``env`` from :data:`SINGLE_NODE_ENV`) whose line is the mpich wheel's
+    plain ``mpiexec -n N``: its ``mpiexec.gforker`` instead. Hydra's control port always listens
+    on 0.0.0.0 (``-iface lo``, ``-localhost 127.0.0.1`` and ``HYDRA_IFACE`` change only the
+    address it hands out); gforker forks the ranks and talks PMI over inherited pipes, so a
+    local study opens no port beyond loopback (issue 27)."""
     parts = shlex.split(command) if isinstance(command, str) else list(command)
     if not parts:
         raise LauncherNotFound("launcher command is empty")
     argv = [p.replace("{ranks}", str(ranks)) for p in parts]
     argv[0] = resolve_program(argv[0])
+    if (env or {}).get("DETOL_SINGLE_NODE") == "1":
+        argv[0] = _forker(argv)
     return argv
+
+
+def _forker(argv: list[str]) -> str:
+    """The gforker beside the wheel's Hydra ``mpiexec`` when ``argv`` is just ``-n N``."""
+    program = argv[0]
+    gforker = os.path.join(os.path.dirname(program), "mpiexec.gforker")
+    plain = len(argv) == 3 and argv[1] in ("-n", "-np") and argv[2].isdigit()
+    hydra = os.path.basename(program) in _HYDRA and os.path.exists(
+        os.path.join(os.path.dirname(program), "hydra_pmi_proxy"))
+    return gforker if plain and hydra and os.access(gforker, os.X_OK) else program
 
 
 def job_env(

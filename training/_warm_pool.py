@@ -275,7 +275,7 @@ def run_warm_trial(
     """``training.launch.run_trial`` for ``spec.warm``: the same result dict, from a warm pool."""
     started = time.time()
     try:
-        launcher = launcher_argv(spec.launcher, config.ranks)
+        launcher = launcher_argv(spec.launcher, config.ranks, spec.env)
     except LauncherNotFound as exc:
         return {"state": "failed", "exit_reason": str(exc), "wall_time_s": 0.0}
     env = job_env(config.threads_per_rank, config.mpi_async_progress, spec.env)  # as cold

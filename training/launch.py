@@ -89,7 +89,7 @@ def run_trial(
         spec_path = Path(tmp) / "spec.json"
         spec_path.write_text(json.dumps({**spec.to_json(), "result_path": result_path}))
         try:
-            argv = launcher_argv(spec.launcher, config.ranks)
+            argv = launcher_argv(spec.launcher, config.ranks, spec.env)
         except LauncherNotFound as exc:
             return {"state": "failed", "exit_reason": str(exc), "wall_time_s": 0.0}
         argv += [sys.executable, "-m", "training.worker", str(spec_path)]
