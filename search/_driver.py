@@ -28,6 +28,7 @@ from distributed import Client, Future
 from optuna.trial import TrialState
 
 from search._backend import run_trial_on_worker
+from search._budget import budget_lock, live_configurations
 from search._cluster_base import MPI
 from search._objectives import is_benchmark, run_function_trial
 from search._outcomes import (
@@ -377,12 +378,17 @@ class Driver:
         while counts.failed < self.sf.budget.max_failures and len(running) < concurrency:
             # Promotions first (Li et al.): a paused configuration that is now in its rung's
             # top 1/eta resumes; they are not new configurations, so the budget allows them.
-            if not self._promote(counts):
+            new = not self._promote(counts)
+            if new:
                 configurations = sum(not r.continuation for r in running.values())
                 spent = counts.finished + configurations + untold >= trials
                 if spent and not self._promote(counts, finishing=True):
                     break
-            submitted = self._submit(counts)
+                new = not spent
+            with budget_lock(self.study, self.storage_url):  # other drivers: search._budget
+                if new and live_configurations(self.study) >= trials:
+                    break
+                submitted = self._submit(counts)
             if submitted is not None:
                 running[submitted[0]] = submitted[1]
         counts.running = len(running)

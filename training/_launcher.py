@@ -6,11 +6,15 @@ it imports neither, so neither imports the other through it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
 import shutil
+import signal
+import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -89,6 +93,50 @@ def job_env(
     if "MPI4PY_RC_THREAD_LEVEL" not in extra:
         env["MPI4PY_RC_THREAD_LEVEL"] = "multiple" if async_progress else "funneled"
     return env
+
+
+SRUN_TERM_WAIT_S = 15.0  # srun forwards SIGTERM, waits KillWait (30 s default; 7 s seen here)
+QUEUE_WAIT_S = float(os.environ.get("DETOL_QUEUE_WAIT_S", "60"))
+_QUEUED = re.compile(r"srun: job (\d+) queued and waiting for resources")
+
+
+def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """If the Dask worker dies, its mpiexec gets SIGTERM instead of training on as an orphan."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def end_job(proc: subprocess.Popen[bytes], argv: Sequence[str]) -> None:
+    """Kill a launched MPI job and everything it started (its process group).
+
+    ``srun`` first gets SIGTERM and up to :data:`SRUN_TERM_WAIT_S` to forward it and release its
+    allocation: an srun that is SIGKILLed cannot, and a task it leaves behind (a rank waiting for
+    a peer) keeps the job RUNNING with nothing to end it (issue 27)."""
+    if proc.poll() is None and argv and os.path.basename(argv[0]) == "srun":
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=SRUN_TERM_WAIT_S)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # the launcher and everything it started
+    proc.wait()
+
+
+def still_queued(output: str, since: float, *, now: float | None = None) -> str:
+    """The reason to give up on a job whose ``srun`` has waited for resources longer than
+    :data:`QUEUE_WAIT_S` (``DETOL_QUEUE_WAIT_S``) since ``since``; empty while it may wait."""
+    match = _QUEUED.search(output)
+    if match is None or "has been allocated resources" in output[match.end():]:
+        return ""
+    waited = (time.time() if now is None else now) - since
+    if waited <= QUEUE_WAIT_S:
+        return ""
+    return (f"srun: job {match.group(1)} still waiting for resources after {waited:.0f} s "
+            f"(DETOL_QUEUE_WAIT_S={QUEUE_WAIT_S:g}): the allocation cannot hold this trial's "
+            "ranks now (squeue shows why); job cancelled")
 
 
 LOG_LIMIT = 1_000_000  # characters of a failed job's output kept for its log file
