@@ -86,20 +86,3 @@ def fsync_directory(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def write_atomic(path: str, data: bytes | str) -> None:
-    """Write ``path`` all or nothing: a temporary file beside it, fsynced, then renamed."""
-    target = os.path.abspath(path)
-    tmp = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    fsync_directory(os.path.dirname(target))
