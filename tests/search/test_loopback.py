@@ -96,10 +96,10 @@ pruner = "none"
 name = "random"
 seed = 1
 [budget]
-trials = 2
+trials = 1
 [training]
 dataset = "digits"
-epochs = 4
+epochs = 3
 ranks = 2
 hidden = 16
 [space]
