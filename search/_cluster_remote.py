@@ -4,6 +4,7 @@ The registry that names them is :data:`search._cluster_plans.BACKENDS`."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,10 @@ from search._cluster_base import (
 from search._errors import StudyError
 
 # --- slurm and pbs (dask-jobqueue) ---------------------------------------------------------------
+
+# Seconds a batch job's Dask worker waits for a scheduler it lost (or never reached) before it
+# ends, and its job with it: the bound on orphans of a killed driver (docs/faults.md).
+DEATH_TIMEOUT_S = float(os.environ.get("DETOL_DEATH_TIMEOUT_S", "20"))
 
 
 def _jobqueue_common(opts: Options, backend: str, slots: int) -> dict[str, Any]:
@@ -62,6 +67,9 @@ def _jobqueue_common(opts: Options, backend: str, slots: int) -> dict[str, Any]:
         "account": opts.account,
         "walltime": opts.walltime,
         "worker_extra_args": ["--resources", f"{MPI}={slots}"],
+        # A worker whose scheduler (in the driver) is gone ends, and its batch job with it
+        # (issue 27; docs/faults.md gives the bound). jobqueue's own default is 60 s.
+        "death_timeout": DEATH_TIMEOUT_S,
         "job_script_prologue": list(opts.job_script_prologue),
         "scheduler_options": scheduler,
         "n_workers": 0,

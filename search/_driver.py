@@ -27,6 +27,7 @@ from distributed import Client, Future
 from optuna.trial import TrialState
 
 from search._backend import run_trial_on_worker
+from search._budget import budget_lock, live_configurations
 from search._checkpoint_store import fix_store
 from search._cluster_base import MPI
 from search._objectives import is_benchmark, run_function_trial
@@ -402,7 +403,10 @@ class Driver:
             if start is None:
                 break
             counts.promoted += start == "continuation"
-            submitted = self._submit(counts)
+            with budget_lock(self.study, self.storage_url):  # other drivers: search._budget
+                if start == "configuration" and live_configurations(self.study) >= trials:
+                    break
+                submitted = self._submit(counts)
             if submitted is not None:
                 running[submitted[0]] = submitted[1]
         counts.running = len(running)

@@ -56,4 +56,44 @@ def artifact_store(url: str) -> Any:
         )
     path = rest if scheme == "file" else url
     os.makedirs(path, exist_ok=True)
-    return artifacts.FileSystemArtifactStore(path)
+    return _atomic_store_class()(path)
+
+
+def _atomic_store_class() -> type:
+    """``FileSystemArtifactStore`` whose ``write`` is all or nothing (issue 27): Optuna's writes
+    the final file in place, so a rank killed mid-write (or a machine that loses its page cache)
+    leaves a half file under a name the trial's artifact list already holds. Here the bytes go to
+    a temporary name in the same directory, are fsynced, and are renamed over the final one."""
+    import shutil
+    from typing import BinaryIO
+
+    from optuna.artifacts import FileSystemArtifactStore
+
+    class AtomicFileSystemArtifactStore(FileSystemArtifactStore):
+        def write(self, artifact_id: str, content_body: BinaryIO) -> None:
+            final = self._get_filepath(artifact_id)
+            tmp = final.with_name(f".{final.name}.tmp{os.getpid()}")
+            try:
+                with open(tmp, "wb") as f:
+                    shutil.copyfileobj(content_body, f)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, final)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+            fsync_directory(str(final.parent))
+
+    return AtomicFileSystemArtifactStore
+
+
+def fsync_directory(path: str) -> None:
+    """Make a rename in ``path`` durable (a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -6,18 +6,24 @@ it imports neither, so neither imports the other through it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
 import shutil
+import signal
+import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 DEFAULT_LAUNCHER = "mpiexec -n {ranks}"
 # A job whose ranks all run on one machine: UCX (the mpich wheel's and Open MPI's fast path)
-# over shared memory and loopback only, so the ranks open no port on the machine's network.
-SINGLE_NODE_ENV = {"UCX_TLS": "self,sm", "UCX_NET_DEVICES": "lo"}
+# over shared memory and loopback only, so the ranks open no port on the machine's network;
+# DETOL_SINGLE_NODE also swaps Hydra for MPICH's gforker (see :func:`launcher_argv`).
+SINGLE_NODE_ENV = {"UCX_TLS": "self,sm", "UCX_NET_DEVICES": "lo", "DETOL_SINGLE_NODE": "1"}
+_HYDRA = ("mpiexec", "mpirun", "mpiexec.hydra")
 _TAIL = 3000
 
 
@@ -39,14 +45,34 @@ def resolve_program(name: str) -> str:
     return found
 
 
-def launcher_argv(command: str | Sequence[str], ranks: int) -> list[str]:
-    """``"mpiexec -n {ranks}"`` -> ``["/venv/bin/mpiexec", "-n", "2"]``."""
+def launcher_argv(
+    command: str | Sequence[str], ranks: int, env: Mapping[str, str] | None = None
+) -> list[str]:
+    """``"mpiexec -n {ranks}"`` -> ``["/venv/bin/mpiexec", "-n", "2"]``.
+
+    For a single-node job (``env`` from :data:`SINGLE_NODE_ENV`) whose line is the mpich wheel's
+    plain ``mpiexec -n N``: its ``mpiexec.gforker`` instead. Hydra's control port always listens
+    on 0.0.0.0 (``-iface lo``, ``-localhost 127.0.0.1`` and ``HYDRA_IFACE`` change only the
+    address it hands out); gforker forks the ranks and talks PMI over inherited pipes, so a
+    local study opens no port beyond loopback (issue 27)."""
     parts = shlex.split(command) if isinstance(command, str) else list(command)
     if not parts:
         raise LauncherNotFound("launcher command is empty")
     argv = [p.replace("{ranks}", str(ranks)) for p in parts]
     argv[0] = resolve_program(argv[0])
+    if (env or {}).get("DETOL_SINGLE_NODE") == "1":
+        argv[0] = _forker(argv)
     return argv
+
+
+def _forker(argv: list[str]) -> str:
+    """The gforker beside the wheel's Hydra ``mpiexec`` when ``argv`` is just ``-n N``."""
+    program = argv[0]
+    gforker = os.path.join(os.path.dirname(program), "mpiexec.gforker")
+    plain = len(argv) == 3 and argv[1] in ("-n", "-np") and argv[2].isdigit()
+    hydra = os.path.basename(program) in _HYDRA and os.path.exists(
+        os.path.join(os.path.dirname(program), "hydra_pmi_proxy"))
+    return gforker if plain and hydra and os.access(gforker, os.X_OK) else program
 
 
 def job_env(
@@ -67,6 +93,50 @@ def job_env(
     if "MPI4PY_RC_THREAD_LEVEL" not in extra:
         env["MPI4PY_RC_THREAD_LEVEL"] = "multiple" if async_progress else "funneled"
     return env
+
+
+SRUN_TERM_WAIT_S = 15.0  # srun forwards SIGTERM, waits KillWait (30 s default; 7 s seen here)
+QUEUE_WAIT_S = float(os.environ.get("DETOL_QUEUE_WAIT_S", "60"))
+_QUEUED = re.compile(r"srun: job (\d+) queued and waiting for resources")
+
+
+def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """If the Dask worker dies, its mpiexec gets SIGTERM instead of training on as an orphan."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def end_job(proc: subprocess.Popen[bytes], argv: Sequence[str]) -> None:
+    """Kill a launched MPI job and everything it started (its process group).
+
+    ``srun`` first gets SIGTERM and up to :data:`SRUN_TERM_WAIT_S` to forward it and release its
+    allocation: an srun that is SIGKILLed cannot, and a task it leaves behind (a rank waiting for
+    a peer) keeps the job RUNNING with nothing to end it (issue 27)."""
+    if proc.poll() is None and argv and os.path.basename(argv[0]) == "srun":
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=SRUN_TERM_WAIT_S)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # the launcher and everything it started
+    proc.wait()
+
+
+def still_queued(output: str, since: float, *, now: float | None = None) -> str:
+    """The reason to give up on a job whose ``srun`` has waited for resources longer than
+    :data:`QUEUE_WAIT_S` (``DETOL_QUEUE_WAIT_S``) since ``since``; empty while it may wait."""
+    match = _QUEUED.search(output)
+    if match is None or "has been allocated resources" in output[match.end():]:
+        return ""
+    waited = (time.time() if now is None else now) - since
+    if waited <= QUEUE_WAIT_S:
+        return ""
+    return (f"srun: job {match.group(1)} still waiting for resources after {waited:.0f} s "
+            f"(DETOL_QUEUE_WAIT_S={QUEUE_WAIT_S:g}): the allocation cannot hold this trial's "
+            "ranks now (squeue shows why); job cancelled")
 
 
 LOG_LIMIT = 1_000_000  # characters of a failed job's output kept for its log file

@@ -17,8 +17,9 @@ from typing import Any
 
 import optuna
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
-from optuna.storages.journal import JournalFileBackend
 from optuna.trial import FrozenTrial, TrialState
+
+from training._journal import JournalDamaged, SafeJournalFileBackend, scan
 
 DEFAULT_STORAGE = "detol.journal"
 _RDB_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql", "mariadb", "oracle", "mssql")
@@ -78,7 +79,7 @@ def _open_storage(url: str) -> BaseStorage:
         parent = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(parent):
             raise ValueError(f"directory {parent!r} for journal file does not exist")
-        return JournalStorage(JournalFileBackend(path))
+        return _journal_storage(path)
     scheme = url.split(":", 1)[0].split("+", 1)[0]
     if scheme == "postgres":
         raise ValueError("use 'postgresql://' (SQLAlchemy does not accept 'postgres://')")
@@ -105,6 +106,21 @@ def _open_storage(url: str) -> BaseStorage:
     return RetryingStorage(  # type: ignore[abstract]
         optuna.storages.get_storage(rdb), what=redact(url)
     )
+
+
+def _journal_storage(path: str) -> JournalStorage:
+    """A journal whose torn tail is mended before its first write (:mod:`training._journal`);
+    damage that is not a tail is one line (``JournalDamaged``) and the file is left as it is."""
+    backend = SafeJournalFileBackend(path)
+    try:
+        return JournalStorage(backend)
+    except (ValueError, KeyError):  # Optuna's reader raises once a bad line has a line after it
+        scan(path)  # JournalDamaged when a good record follows the bad one
+    backend.mend()  # only bad lines at the end: a tail after all
+    try:
+        return JournalStorage(SafeJournalFileBackend(path))
+    except (ValueError, KeyError) as exc:
+        raise JournalDamaged(f"journal {path!r} cannot be read: {exc!r}") from None
 
 
 def _engine_kwargs(scheme: str) -> dict[str, object]:

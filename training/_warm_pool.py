@@ -35,7 +35,6 @@ import os
 import select
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -50,9 +49,12 @@ from training._config import TrainConfig
 from training._launcher import (
     LOG_LIMIT,
     LauncherNotFound,
+    die_with_parent,
+    end_job,
     failed_job,
     job_env,
     launcher_argv,
+    still_queued,
     tail,
 )
 from training._spec import TrialSpec
@@ -83,6 +85,7 @@ class WarmPool:
         self._conn: socket.socket | None = None
         self._buffer = b""
         self._log: Any = None
+        self._started = 0.0
 
     @property
     def argv(self) -> list[str]:
@@ -104,6 +107,7 @@ class WarmPool:
         self._listener.bind(path)
         self._listener.listen(1)
         self._log = open(self._dir / "output.log", "ab")  # noqa: SIM115 - lives with the pool
+        self._started = time.time()
         self.proc = subprocess.Popen(
             [*self.argv, path, str(os.getpid())],
             stdin=subprocess.DEVNULL,
@@ -111,6 +115,8 @@ class WarmPool:
             stderr=subprocess.STDOUT,
             env=self.env,
             start_new_session=True,  # its own process group: killed as one
+            # The Dask worker killed: the launcher gets SIGTERM (srun releases its allocation).
+            preexec_fn=die_with_parent if sys.platform == "linux" else None,
         )
 
     def _output(self) -> str:
@@ -161,6 +167,8 @@ class WarmPool:
                     stopped = f"trial timeout: still running after {timeout_s:g} s, MPI job killed"
                 elif should_stop is not None and should_stop():
                     stopped = "cancelled: the trial was stopped from outside, MPI job killed"
+                elif self._conn is None and os.path.basename(self.launcher[0]) == "srun":
+                    stopped = still_queued(self._output(), self._started)
                 if stopped:
                     self.kill()
                     return {"state": "failed", "exit_reason": stopped}
@@ -185,11 +193,10 @@ class WarmPool:
         return failed_job(code, output)
 
     def kill(self) -> None:
-        """Kill the job (mpiexec's group; MPI ends the ranks) and remove its files."""
+        """Kill the job (the launcher's group; srun first gets SIGTERM, so that it releases its
+        allocation) and remove its files."""
         if self.proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+            end_job(self.proc, self.launcher)
         self._cleanup()
 
     def close(self, timeout: float = _CLOSE_WAIT_S) -> None:
@@ -275,7 +282,7 @@ def run_warm_trial(
     """``training.launch.run_trial`` for ``spec.warm``: the same result dict, from a warm pool."""
     started = time.time()
     try:
-        launcher = launcher_argv(spec.launcher, config.ranks)
+        launcher = launcher_argv(spec.launcher, config.ranks, spec.env)
     except LauncherNotFound as exc:
         return {"state": "failed", "exit_reason": str(exc), "wall_time_s": 0.0}
     env = job_env(config.threads_per_rank, config.mpi_async_progress, spec.env)  # as cold

@@ -7,11 +7,9 @@ No torch or mpi4py here, so the Dask workers stay light. What the driver and the
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
@@ -25,10 +23,13 @@ from training._launcher import (
     DEFAULT_LAUNCHER,
     LOG_LIMIT,
     LauncherNotFound,
+    die_with_parent,
+    end_job,
     failed_job,
     job_env,
     launcher_argv,
     resolve_program,
+    still_queued,
     tail,
 )
 from training._spec import TrialSpec
@@ -43,19 +44,8 @@ __all__ = [
 ]
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """If the Dask worker dies, its mpiexec gets SIGTERM instead of training on as an orphan."""
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)  # mpiexec and everything it started
-    proc.wait()
+def _kill_group(proc: subprocess.Popen[bytes], argv: list[str]) -> None:
+    end_job(proc, argv)  # srun gets SIGTERM first, so that it releases its allocation
 
 
 def _rank_errors(directory: Path) -> list[dict[str, Any]]:
@@ -89,7 +79,7 @@ def run_trial(
         spec_path = Path(tmp) / "spec.json"
         spec_path.write_text(json.dumps({**spec.to_json(), "result_path": result_path}))
         try:
-            argv = launcher_argv(spec.launcher, config.ranks)
+            argv = launcher_argv(spec.launcher, config.ranks, spec.env)
         except LauncherNotFound as exc:
             return {"state": "failed", "exit_reason": str(exc), "wall_time_s": 0.0}
         argv += [sys.executable, "-m", "training.worker", str(spec_path)]
@@ -102,7 +92,7 @@ def run_trial(
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,  # its own process group: killed as one
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                preexec_fn=die_with_parent if sys.platform == "linux" else None,
             )
             deadline = None if spec.timeout_s is None else started + spec.timeout_s
             while True:
@@ -117,8 +107,10 @@ def run_trial(
                         )
                     elif should_stop is not None and should_stop():
                         stopped = "cancelled: the trial was stopped from outside, MPI job killed"
+                    elif os.path.basename(argv[0]) == "srun":  # waiting on resources forever?
+                        stopped = still_queued(log_path.read_text(errors="replace"), started)
                     if stopped:
-                        _kill_group(proc)
+                        _kill_group(proc, argv)
                         break
         output = log_path.read_text(errors="replace")
         wall = time.time() - started
