@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from _common import machine, now_iso  # benchmarks/_common.py (the script directory)
+from _common import machine, now_iso  # benchmarks/_common/ (the script directory)
 
 from training.contract import TrialSpec, open_storage
 from training.launch import launcher_argv

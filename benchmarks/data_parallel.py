@@ -114,7 +114,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import machine, now_iso  # benchmarks/_common.py (the script directory)
+from _common import machine, now_iso  # benchmarks/_common/ (the script directory)
 
 GLOBAL_BATCH = {"mlp": 256, "cnn": 128}
 RANKS = (2, 4)

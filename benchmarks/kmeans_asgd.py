@@ -45,7 +45,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from _common import machine, now_iso  # benchmarks/_common.py (the script directory)
+from _common import machine, now_iso  # benchmarks/_common/ (the script directory)
 
 BASE_METHODS = ("asgd", "simuparallel", "batch", "sync")
 METHODS = BASE_METHODS  # plus "asgd-sN" for every further --send-every value N

@@ -61,7 +61,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import machine, now_iso  # benchmarks/_common.py (the script directory)
+from _common import machine, now_iso  # benchmarks/_common/ (the script directory)
 
 EVALUATIONS = 100
 SEEDS = 100

@@ -3,8 +3,8 @@
 What is measured: on CIFAR-10, CIFAR-100 and ImageNet16-120, the seed-averaged validation
 accuracy of the incumbent after 50 and 100 evaluations. Our strategies (tpe, evolution, and
 predictor where registered) run through the real driver exactly as ``benchmarks/nb201.py``
-runs them (its ``Job``/``run_one``, sequential). The peers (``benchmarks/_peers.py``): Optuna's
-TPESampler with its defaults outside our driver, hyperopt's TPE, Syne Tune's regularized
+runs them (its ``Job``/``run_one``, sequential). The peers (``benchmarks/_common/peers.py``):
+Optuna's TPESampler with its defaults outside our driver, hyperopt's TPE, Syne Tune's regularized
 evolution (its default population of 100, which at 100 evaluations is random search, and,
 labelled, a population of 20 sized for the budget), BORE and KDE, SMAC3's hyperparameter-
 optimization facade and HEBO, each driven ask/tell.
@@ -47,10 +47,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import _peers  # benchmarks/_peers.py (the script directory)
 import nb201  # benchmarks/nb201.py: our strategies through the driver
 import numpy as np
 from _common import machine, now_iso
+from _common import peers as _peers  # benchmarks/_common/peers.py
 
 BUDGETS = (50, 100)
 SEEDS = 100

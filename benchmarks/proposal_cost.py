@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 import optuna
 import torch
-from _common import machine, now_iso  # benchmarks/_common.py (the script directory)
+from _common import machine, now_iso  # benchmarks/_common/ (the script directory)
 from optuna.trial import TrialState
 
 import spaces

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from _common import machine, now_iso  # benchmarks/_common.py (the script directory)
+from _common import machine, now_iso  # benchmarks/_common/ (the script directory)
 
 from training.contract import open_storage
 

@@ -1,6 +1,6 @@
 """Pruners replayed on recorded learning curves: epochs spent and regret, the sampler left out.
 
-What is measured. *Record* (once, no pruning; ``benchmarks/_curves.py``): the first 100
+What is measured. *Record* (once, no pruning; ``benchmarks/_common/curves.py``): the first 100
 configurations of a seeded random search (``RandomSampler(seed=0)`` through the study's own
 space, ``StudyFile.search_space``: pruning.py's full settings -- a ``stack`` genome of 0-2 conv
 layers, channels 16/32, kernels 3/5/7, pooling or not, dense widths 64/128, relu/gelu -- plus
@@ -76,8 +76,8 @@ from typing import Any
 import numpy as np
 import optuna
 import torch
-from _common import machine, now_iso  # benchmarks/_common.py (the script directory)
-from _curves import record
+from _common import machine, now_iso  # benchmarks/_common/ (the script directory)
+from _common.curves import record  # benchmarks/_common/curves.py
 from pruning import settings as e2e_settings  # the same space and training as pruning.py
 
 from search import parse_study

@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from _common import machine, now_iso  # benchmarks/_common.py (the script directory)
+from _common import machine, now_iso  # benchmarks/_common/ (the script directory)
 
 REPO = Path(__file__).resolve().parents[1]  # tests/pg_server.py lives there
 

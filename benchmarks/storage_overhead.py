@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from _common import machine, now_iso  # benchmarks/_common.py (the script directory)
+from _common import machine, now_iso  # benchmarks/_common/ (the script directory)
 from optuna.storages import BaseStorage, InMemoryStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState

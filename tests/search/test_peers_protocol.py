@@ -1,7 +1,8 @@
-"""The peers benchmark's protocol (benchmarks/_peers.py, benchmarks/peers.py): the NB201
-encoding the peers search, the noise model and seeds shared with our driver, the incumbent
-rule, and that a peer which is missing or fails is reported, never raised. No peer package is
-needed: the one real peer run here is Optuna's TPE (a dependency)."""
+"""The peers benchmark's protocol (benchmarks/_common/nb201_protocol.py and peers.py,
+benchmarks/peers.py): the NB201 encoding the peers search, the noise model and seeds shared
+with our driver, the incumbent rule, and that a peer which is missing or fails is reported,
+never raised. No peer package is needed: the one real peer run here is Optuna's TPE (a
+dependency)."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 def peers_mod():
     sys.path.insert(0, str(BENCHMARKS))
     try:
-        import _peers
         import peers
+        from _common import peers as _peers
 
         yield _peers, peers
     finally:
@@ -150,3 +151,26 @@ def test_a_missing_or_failing_peer_is_reported_not_raised(peers_mod, monkeypatch
     table = peers.summarise([r], ["cifar10"], ["broken"], {})
     assert table["cifar10"]["broken"]["status"] == "failed"
     assert table["cifar10"]["broken"]["reason"].startswith("RuntimeError")
+
+
+def test_benchmark_helpers_import_one_way() -> None:
+    """benchmarks/_common: peers -> syne_tune_loop -> nb201_protocol, never back (the old
+    _peers.py <-> _syne_tune.py circle), read from the modules' own import statements."""
+    import ast
+
+    helpers = BENCHMARKS / "_common"
+    names = {p.stem for p in helpers.glob("*.py")} - {"__init__"}
+    edges = {}
+    for name in names:
+        tree = ast.parse((helpers / f"{name}.py").read_text())
+        edges[name] = {
+            (node.module or "").lstrip(".") or node.names[0].name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.level
+        } & names
+    assert edges == {
+        "nb201_protocol": set(),
+        "syne_tune_loop": {"nb201_protocol"},
+        "peers": {"nb201_protocol", "syne_tune_loop"},
+        "curves": set(),
+    }

@@ -1,4 +1,11 @@
-"""What every benchmark's JSON says about the machine and the moment it ran."""
+"""The benchmarks' shared code, one package beside the scripts (``from _common import ...``).
+
+Here: what every benchmark's JSON says about the machine and the moment it ran (:func:`machine`,
+:func:`now_iso`). Beside it: :mod:`.curves` (learning curves recorded for
+``pruning_replay.py``), :mod:`.nb201_protocol` (the NB201 protocol every optimizer of
+``peers.py`` shares), :mod:`.peers` (the peer optimizers) and :mod:`.syne_tune_loop` (Syne Tune
+driven ask/tell). Imports point one way: peers -> syne_tune_loop -> nb201_protocol.
+"""
 
 from __future__ import annotations
 

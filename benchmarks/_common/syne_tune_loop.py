@@ -11,9 +11,9 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from _peers import EDGE_NAMES, NoisyCell, from_config  # benchmarks/_peers.py
-
 from spaces import NB201_OPS
+
+from .nb201_protocol import EDGE_NAMES, NoisyCell, from_config
 
 METRIC = "val_accuracy"
 # our label -> the class in syne_tune.optimizer.baselines ("TPE" is Syne Tune's KDE searcher)
