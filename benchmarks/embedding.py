@@ -50,7 +50,7 @@ from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
 
 from benchmarks._common import machine, now_iso
-from search._nb201 import DATASETS, table
+from search.simulated._nb201 import DATASETS, table
 from spaces import NB201_OPS, CellFamily, CellGenome, Space, SpaceEmbedding
 
 SIZES = (50, 100, 500)

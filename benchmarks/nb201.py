@@ -1,19 +1,20 @@
 """Search strategies on NAS-Bench-201: the seed-averaged accuracy of the incumbent after 100
 evaluations, sequential and with 8 trials running at once, beside the published yardsticks.
 
-What is measured: every strategy in ``search._registry.STRATEGIES`` (random, tpe, gp, evolution,
-reinforce, predictor: whichever exist) searches the NAS-Bench-201 cell space (``[space.genome]
-family = "cell"``) through the real driver -- ``search.Driver`` on a ``distributed.Client``
-(threads, one worker), Optuna in-memory storage -- with ``objective = "nb201:DATASET"``: each trial
-is answered by the table (``search._nb201.evaluate``) with the 200-epoch validation accuracy of
-*one* random training seed, as a real noisy run would be, and the driver's simulated clock advances
-by the table's training time. Sequential runs have ``concurrency = 1``; concurrent runs keep 8
-trials running (asynchronous: a new trial is asked as soon as the earliest-finishing one is told, in
-simulated time, and the sampler sees the 7 still running).
+What is measured: every strategy in ``search.strategies._registry.STRATEGIES`` (random, tpe, gp,
+evolution, reinforce, predictor: whichever exist) searches the NAS-Bench-201 cell space
+(``[space.genome] family = "cell"``) through the real driver -- ``search.Driver`` on a
+``distributed.Client`` (threads, one worker), Optuna in-memory storage -- with ``objective =
+"nb201:DATASET"``: each trial is answered by the table (``search.simulated._nb201.evaluate``) with
+the 200-epoch validation accuracy of *one* random training seed, as a real noisy run would be, and
+the driver's simulated clock advances by the table's training time. Sequential runs have
+``concurrency = 1``; concurrent runs keep 8 trials running (asynchronous: a new trial is asked as
+soon as the earliest-finishing one is told, in simulated time, and the sampler sees the 7 still
+running).
 
-Score of one run: the seed-averaged validation accuracy (``search._nb201.mean_accuracy``) of the
-incumbent -- the trial with the best *observed* value -- after 100 evaluations. Per strategy and
-mode: the mean over seeds (strategy seed = run index; the driver derives each trial's noise seed
+Score of one run: the seed-averaged validation accuracy (``search.simulated._nb201.mean_accuracy``)
+of the incumbent -- the trial with the best *observed* value -- after 100 evaluations. Per strategy
+and mode: the mean over seeds (strategy seed = run index; the driver derives each trial's noise seed
 from it) and its standard error. The same runs' incumbent after their first 50 told trials is
 reported beside it (``sequential_at_50``, ``concurrent_at_50`` and their standard errors).
 
@@ -168,7 +169,7 @@ def incumbent_curve(study: Any, dataset: str) -> dict[str, Any]:
     number of distinct cells evaluated."""
     import optuna
 
-    from search._nb201 import mean_accuracy
+    from search.simulated._nb201 import mean_accuracy
 
     done = [
         t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE
@@ -310,7 +311,7 @@ def summarise(
 
 
 def yardsticks(datasets: list[str], evaluations: int) -> dict[str, Any]:
-    from search._nb201 import best_mean_accuracy, random_search_expectation
+    from search.simulated._nb201 import best_mean_accuracy, random_search_expectation
 
     out: dict[str, Any] = {}
     for ds in datasets:
@@ -494,7 +495,7 @@ def write_figure(curves: dict[str, Any], ys: dict[str, Any], evaluations: int, p
     from plotly.colors import qualitative
     from plotly.subplots import make_subplots
 
-    from search._nb201 import random_search_expectation
+    from search.simulated._nb201 import random_search_expectation
 
     datasets = list(curves)
     fig = make_subplots(
@@ -575,7 +576,8 @@ def write_figure(curves: dict[str, Any], ys: dict[str, Any], evaluations: int, p
 def _strategy_settings(strategy: str) -> dict[str, Any]:
     """The strategy options the runs used, defaults filled in (defaults change as strategies
     are tuned, so the JSON keeps them)."""
-    from search import _registry, parse_study
+    from search import parse_study
+    from search.strategies import _registry
 
     job = Job(strategy, "cifar10", 0, 1, EVALUATIONS)
     given = parse_study(study_dict(job)).strategy.model_dump(exclude={"seed", "name"})
@@ -589,8 +591,8 @@ def _order(strategy: str) -> tuple[int, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from search._nb201 import DATASETS
-    from search._registry import STRATEGIES
+    from search.simulated._nb201 import DATASETS
+    from search.strategies._registry import STRATEGIES
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(

@@ -134,10 +134,10 @@ def bookkeeping(trials: int) -> dict[str, Any]:
     """The driver on a LocalCluster, as ``search run`` does it, with a sleeping objective."""
     import dask
 
-    from search._cluster import open_client
-    from search._driver import Driver
-    from search._study import open_study
-    from search._study_file import load_study_file
+    from search.driver._driver import Driver
+    from search.driver._open_cluster import open_client
+    from search.driver._study import open_study
+    from search.studyfile._study_file import load_study_file
 
     dask.config.set({"distributed.scheduler.allowed-failures": 0})  # as search run
     ideal = trials * SLEEP_S / CONCURRENCY

@@ -192,7 +192,7 @@ def compare(table: dict[str, Any]) -> dict[str, Any]:
 
 
 def yardsticks(datasets: list[str]) -> dict[str, Any]:
-    from search._nb201 import best_mean_accuracy, random_search_expectation
+    from search.simulated._nb201 import best_mean_accuracy, random_search_expectation
 
     return {ds: {"best_possible": best_mean_accuracy(ds), **{
         f"random_noisy_{b}": random_search_expectation(ds, b, noisy=True) for b in BUDGETS}}
@@ -238,8 +238,8 @@ def print_tables(table: dict[str, Any], comparison: dict[str, Any], ys: dict[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    from search._nb201 import DATASETS
-    from search._registry import STRATEGIES
+    from search.simulated._nb201 import DATASETS
+    from search.strategies._registry import STRATEGIES
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true",
@@ -320,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
                 "quick": args.quick, "budgets": list(BUDGETS), "datasets": datasets,
                 "optimizers": optimizers, "seeds": {o: n_seeds(o) for o in optimizers},
                 "protocol": "6 categorical decisions (5 NB201 ops per edge, NB201 edge order); "
-                "one random training seed per evaluation (search._nb201.evaluate's noise model, "
+                "one random training seed per evaluation (search.simulated._nb201.evaluate's "
+                "noise model, "
                 "noise seed = run seed * 1000003 + evaluation index); sequential; incumbent = "
                 "best observed value; score = the table's seed mean of the incumbent; one run of "
                 "100 evaluations gives both budgets",

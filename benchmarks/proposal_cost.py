@@ -3,7 +3,7 @@
 
 What is measured: a study in Optuna's in-memory storage is filled with ``finished`` COMPLETE
 trials (uniform draws from the space, synthetic values) and ``running`` RUNNING trials (uniform
-draws too), then the strategy, built as ``open_study`` builds it (``search._registry
+draws too), then the strategy, built as ``open_study`` builds it (``search.strategies._registry
 .build_sampler``, seed 0, its defaults), proposes ``--asks`` trials: ``study.ask()`` plus
 ``space.suggest(trial)``, each timed alone; each asked trial is then failed, so the study keeps
 its size. The first ask of a sampler is timed apart (``first_ms``: it builds incremental state
@@ -65,8 +65,8 @@ from _common import machine, now_iso  # benchmarks/_common/ (the script director
 from optuna.trial import TrialState
 
 import spaces
-from search._registry import STRATEGIES, build_sampler
-from search._samplers._base import draw, uniform_choice
+from search.strategies._base import draw, uniform_choice
+from search.strategies._registry import STRATEGIES, build_sampler
 from training._storage import RetryingStorage
 
 GOAL_MS = 50.0

@@ -1,9 +1,9 @@
 """A fingerprint of what every strategy proposes on NAS-Bench-201, to prove that a change which
 should not alter behaviour (issue 29's move of ``search/`` into folders) did not.
 
-What runs: every strategy in ``search._registry.STRATEGIES`` searches the NAS-Bench-201 cell space
-through the real driver path, as ``benchmarks/nb201.py`` runs it -- ``search.Driver`` on a
-``distributed.Client`` (threads, one worker), Optuna in-memory storage, ``objective =
+What runs: every strategy in ``search.strategies._registry.STRATEGIES`` searches the NAS-Bench-201
+cell space through the real driver path, as ``benchmarks/nb201.py`` runs it -- ``search.Driver`` on
+a ``distributed.Client`` (threads, one worker), Optuna in-memory storage, ``objective =
 "nb201:cifar10"`` answered by the table, the driver's simulated clock advanced by the table's
 training time -- once with one trial at a time and once with ``CONCURRENT`` trials running, for
 ``SEEDS`` strategy seeds each. Every trial's parameters (the proposal), in trial-number order, go
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     import optuna
     from distributed import Client
 
-    from search._registry import STRATEGIES
+    from search.strategies._registry import STRATEGIES
 
     warnings.simplefilter("ignore")
     optuna.logging.set_verbosity(optuna.logging.WARNING)

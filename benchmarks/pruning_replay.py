@@ -10,12 +10,12 @@ layers, channels 16/32, kernels 3/5/7, pooling or not, dense widths 64/128, relu
 epoch its validation accuracy and wall seconds. Stored in ``results/pruning_curves.json``,
 written after every configuration: an interrupted recording resumes where it stopped.
 
-*Replay* (``search._replay``): every pruner, built as a study builds it (``[pruner]`` options
-validated by the study file, ``search._registry.pruner_spec(...).build()``), and the promotion
-forms of ``search._promotion.PromotingHalving``, runs on an in-memory Optuna study in a
-discrete-event simulation: ``c`` workers (c = 1 and 4), the configurations starting in a random
-order (20 orders, seeds 0..19, the same orders for every pruner). Each epoch a trial reports its
-recorded value and asks ``should_prune()``; a stopping pruner's yes stops it. With a promotion
+*Replay* (``search.pruners._replay``): every pruner, built as a study builds it (``[pruner]``
+options validated by the study file, ``search.strategies._registry.pruner_spec(...).build()``), and
+the promotion forms of ``search.pruners._promotion.PromotingHalving``, runs on an in-memory Optuna
+study in a discrete-event simulation: ``c`` workers (c = 1 and 4), the configurations starting in a
+random order (20 orders, seeds 0..19, the same orders for every pruner). Each epoch a trial reports
+its recorded value and asks ``should_prune()``; a stopping pruner's yes stops it. With a promotion
 form a yes pauses the trial, and a free worker first promotes a paused trial that is now in its
 rung's top 1/eta (a new trial that re-reports its parent's values and trains on from the next
 epoch of the same curve, as from a checkpoint: only the new epochs count), and only then starts
@@ -30,8 +30,8 @@ Pruners: ``none``; ``median`` (startup_trials 5, warmup_epochs 2, as pruning.py)
 ``percentile`` (25: only the top quarter goes on; startup 5, warmup 2); ``asha`` (Optuna's
 SuccessiveHalvingPruner, a stop: min_epochs 1, reduction_factor 3); ``hyperband`` (Optuna's,
 min 1, max 12, factor 3); ``patient`` (stop after 3 epochs without improvement); ``top-half``
--- the yardstick, Egele et al. 2024's one-epoch rule (``search._top_half``): after epoch 1 stop
-a trial below the median epoch-1 value of every trial that has one (startup_trials 5), never
+-- the yardstick, Egele et al. 2024's one-epoch rule (``search.pruners._top_half``): after epoch 1
+stop a trial below the median epoch-1 value of every trial that has one (startup_trials 5), never
 look again; ``asha-promote`` (``PromotingHalving(min_resource=1, reduction_factor=3)``:
 rungs 1, 3, 9) and ``hyperband-promote`` (its asynchronous Hyperband: ``hyperband_brackets(1,
 12, 3)`` = 3 brackets, max_resource 12).
@@ -81,9 +81,9 @@ from _common.curves import record  # benchmarks/_common/curves.py
 from pruning import settings as e2e_settings  # the same space and training as pruning.py
 
 from search import parse_study
-from search._promotion import PromotingHalving, hyperband_brackets
-from search._registry import pruner_spec
-from search._replay import best_final, replay
+from search.pruners._promotion import PromotingHalving, hyperband_brackets
+from search.pruners._replay import best_final, replay
+from search.strategies._registry import pruner_spec
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CONCURRENCY = (1, 4)

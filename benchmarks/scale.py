@@ -5,7 +5,7 @@ What is measured, in one run:
 
 * ``throughput`` -- function trials (``objective = "scale_obj:objective"``, random sampler, no
   pruner) that return at once (``zero``) or sleep 10 ms (``near_zero``), through the real
-  driver with the real progress output (``search._run.Display``, its lines sent to
+  driver with the real progress output (``search.driver._run.Display``, its lines sent to
   ``/dev/null``), at concurrency 8, 32, 64, 128 and 256, on a Dask LocalCluster whose workers
   are threads (one in-process worker with that many threads) or processes (2 worker processes,
   half the threads each: the machine has 2 cores), with the journal file and with PostgreSQL (a
@@ -158,10 +158,10 @@ def driver_run(client: Any, url: str, *, name: str, trials: int, concurrency: in
     """One driver run of ``trials`` function trials on ``client``; its figures."""
     import dask
 
-    from search._driver import Driver
-    from search._run import Display
-    from search._study import open_study
-    from search._study_file import load_study_file
+    from search.driver._driver import Driver
+    from search.driver._run import Display
+    from search.driver._study import open_study
+    from search.studyfile._study_file import load_study_file
     from training.contract import open_storage
 
     dask.config.set({"distributed.scheduler.allowed-failures": 0})  # as search run
@@ -213,9 +213,9 @@ PHASES: dict[str, tuple[tuple[str, str, str | None], ...]] = {
               ("optuna/trial/_trial.py", "set_user_attr", "_claim")),
     "submit": (("distributed/client.py", "submit", None),),
     "dask_wait": (("distributed/client.py", "wait", None),
-                  ("search/_driver.py", "_ended_now", None)),
-    "result": (("search/_driver.py", "_result", None),),
-    "tell": (("search/_driver.py", "_finish", None),),
+                  ("search/driver/_driver.py", "_ended_now", None)),
+    "result": (("search/driver/_driver.py", "_result", None),),
+    "tell": (("search/driver/_driver.py", "_finish", None),),
     "progress": (("benchmarks/scale.py", "__call__", None),),
 }
 

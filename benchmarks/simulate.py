@@ -1,13 +1,13 @@
 """A simulated 1,024-worker sweep through the real driver.
 
 ``search.Driver`` on a ``distributed.Client`` (threads), Optuna in-memory storage, the real
-strategies and the real ASHA pruner, with ``objective = "simulated:sweep"`` (search._workload):
-10-minute mean trials from a log-normal (sigma 1), 5 % stragglers 4x slower, 2 % that raise
-partway, 1 % whose worker disappears partway (re-queued through the driver's KilledWorker path),
-and a learning curve of 20 epochs that ASHA (min 1 epoch, eta 3) judges epoch by epoch on the
-simulated clock; a pruned trial frees its worker at that epoch.
+strategies and the real ASHA pruner, with ``objective = "simulated:sweep"``
+(search.simulated._workload): 10-minute mean trials from a log-normal (sigma 1), 5 % stragglers 4x
+slower, 2 % that raise partway, 1 % whose worker disappears partway (re-queued through the driver's
+KilledWorker path), and a learning curve of 20 epochs that ASHA (min 1 epoch, eta 3) judges epoch by
+epoch on the simulated clock; a pruned trial frees its worker at that epoch.
 
-The driver is a serial server on the simulated clock (search._simclock.SimClock,
+The driver is a serial server on the simulated clock (search.simulated._clock.SimClock,
 ``service="measured"``): its own work -- ask, suggest, submit, reading the answer, tell, progress
 -- costs its real wall time, measured in the same run; waiting for the next event does not.
 Dask's round trip is not charged (in a real sweep it overlaps the trials' work); its wall time
@@ -23,7 +23,7 @@ Per scale (64, 256, 1,024 workers) and strategy (random; evolution, the learning
   optimum (true loss <= 0.005, optimum 0) was told;
 - trials handled per simulated second; the driver's measured work per trial (wall seconds),
   split into submit (ask + suggest + Dask submit) and tell;
-- the machine-repairman model of one serial driver (search._simclock.driver_bound) with the
+- the machine-repairman model of one serial driver (search.simulated._clock.driver_bound) with the
   measured busy time per trial D and driver time per trial s: utilisation
   ``(1 - p0) D / (W s)``, ~ ``min(D / (D + s), D / (W s))``; the most workers at 95 %:
   ``W95 ~ D / (0.95 s)``. Validated by runs that charge a constant s instead (the measured one,
@@ -103,7 +103,7 @@ def run_one(*, workers: int, trials: int, strategy: str, seed: int,
     import optuna
 
     from search import Driver, open_study, parse_study
-    from search._simclock import SimClock, utilisation
+    from search.simulated._clock import SimClock, utilisation
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sf = parse_study(study_dict(workers, trials, strategy, seed, workload, pruner))
@@ -193,7 +193,7 @@ def _mean_se(values: list[float]) -> tuple[float, float]:
 
 
 def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from search._simclock import driver_bound, max_workers
+    from search.simulated._clock import driver_bound, max_workers
 
     rows = []
     for strategy in dict.fromkeys(r["strategy"] for r in runs):
@@ -221,7 +221,7 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def validate(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Constant-service runs: simulated utilisation (steady window) vs the model."""
-    from search._simclock import driver_bound
+    from search.simulated._clock import driver_bound
 
     out = []
     for r in runs:

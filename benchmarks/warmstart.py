@@ -13,9 +13,10 @@ values, scored by the table's seed mean; sequential (one trial at a time).
 
 Per dataset, strategy and evaluation count: the mean over seeds of cold and warm, their standard
 errors, and warm minus cold paired by seed (with its standard error). Yardsticks: the same
-strategy cold; random search's exact expectation (``search._nb201.random_search_expectation``);
-on CIFAR-100 at 20 evaluations the issue's goal (warm >= 73.20) and RoBoT's published 73.51 at 20
-queries (which first scores all 15,625 cells with zero-cost proxies, a cost not counted there).
+strategy cold; random search's exact expectation
+(``search.simulated._nb201.random_search_expectation``); on CIFAR-100 at 20 evaluations the issue's
+goal (warm >= 73.20) and RoBoT's published 73.51 at 20 queries (which first scores all 15,625 cells
+with zero-cost proxies, a cost not counted there).
 
 Every finished run is appended to ``PATH.runs.jsonl`` beside ``--json`` (one JSON line per run),
 so a long run can be resumed (``--resume`` skips runs already there) and strategies added later
@@ -169,7 +170,7 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def yardsticks(datasets: list[str]) -> dict[str, Any]:
-    from search._nb201 import best_mean_accuracy, random_search_expectation
+    from search.simulated._nb201 import best_mean_accuracy, random_search_expectation
 
     return {
         ds: {
@@ -281,8 +282,8 @@ def run_all(runs: list[Run], workers: int, log: Path | None) -> list[dict[str, A
 
 
 def main(argv: list[str] | None = None) -> int:
-    from search._nb201 import DATASETS
-    from search._registry import STRATEGIES
+    from search.simulated._nb201 import DATASETS
+    from search.strategies._registry import STRATEGIES
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="2 seeds, random and tpe, CIFAR-100")

@@ -26,11 +26,12 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_typ
 
 # Where each piece the pages are made from lives (the only module paths in this file).
 MODULES = {
-    "study_file": "search._study_file",  # StudyFile: the top-level keys and the tables
-    "sections": "search._study_sections",  # Strategy (its options common to every strategy)
-    "space_table": "search._space_table",  # Dimension: the [space] dimension types
-    "registry": "search._registry",  # STRATEGIES, STRATEGY_OPTIONS, PRUNERS, PRUNER_OPTIONS
-    "clusters": "search._cluster_plans",  # BACKENDS, check_backend_options
+    "study_file": "search.studyfile._study_file",  # StudyFile: the top-level keys and the tables
+    "sections": "search.studyfile._sections",  # Strategy (its options common to every strategy)
+    "space_table": "search.studyfile._space_table",  # Dimension: the [space] dimension types
+    # STRATEGIES, STRATEGY_OPTIONS, PRUNERS, PRUNER_OPTIONS
+    "registry": "search.strategies._registry",
+    "clusters": "search.clusters._plans",  # BACKENDS, check_backend_options
     "cli": "search.cli",  # the typer app
     "train_config": "training._config",  # TrainConfig, SEARCHABLE, METRICS
     "algorithms": "training._registry",  # ALGORITHMS

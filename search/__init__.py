@@ -1,6 +1,14 @@
 """Who decides and where it runs: study files, strategies, pruners, storage, the Dask driver
 and the ``search`` command line.
 
+Where things are (one folder per thing a contributor adds; its ``__init__`` says more):
+``studyfile/`` the study file and its checks; ``strategies/`` the samplers and the registry of
+strategy and pruner names; ``pruners/`` the pruners Optuna lacks; ``backends/`` what runs one
+trial on a Dask worker; ``clusters/`` cluster plans, remote backends and the watch;
+``simulated/`` table objectives and the simulated clock; ``driver/`` a study's life and ``search
+run``; ``analysis/`` frames, figures, the report, export; ``storage/`` opening a study for the
+commands that read one; ``cli.py`` the ``search`` command.
+
 >>> from search import parse_study
 >>> parse_study({"name": "demo"}).strategy.name
 'tpe'
@@ -13,14 +21,14 @@ from search._errors import StudyError
 
 # Imported on first use, so that `search --help` and the Dask workers load only what they need.
 _LAZY = {
-    "Driver": "search._driver",
-    "RunCounts": "search._driver",
-    "Pruned": "search._objectives",
-    "open_study": "search._study",
-    "StudyFile": "search._study_file",
-    "load_study_file": "search._study_file",
-    "parse_study": "search._study_file",
-    "trials_frame": "search._frame",  # pandas
+    "Driver": "search.driver._driver",
+    "RunCounts": "search.driver._driver",
+    "Pruned": "search.backends._objectives",
+    "open_study": "search.driver._study",
+    "StudyFile": "search.studyfile._study_file",
+    "load_study_file": "search.studyfile._study_file",
+    "parse_study": "search.studyfile._study_file",
+    "trials_frame": "search.analysis._frame",  # pandas
 }
 
 __all__ = [

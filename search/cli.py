@@ -19,7 +19,14 @@ from rich.markup import escape
 
 from search._console import err, out, print_error
 from search._errors import StudyError
-from search._reading import DEFAULT_STORAGE, beside_storage, load, open_url, reading, writable
+from search.storage._reading import (
+    DEFAULT_STORAGE,
+    beside_storage,
+    load,
+    open_url,
+    reading,
+    writable,
+)
 
 app = typer.Typer(
     add_completion=False,
@@ -71,7 +78,7 @@ def _fail(exc: StudyError) -> typer.Exit:
 def _plan(study_file: Path, storage: str | None, scheduler: str | None, backend: str | None,
           adapt_min: int | None, adapt_max: int | None, trials: int | None,
           concurrency: int | None) -> Any:
-    from search._run import plan_run
+    from search.driver._run import plan_run
 
     return plan_run(study_file, storage=storage, trials=trials, concurrency=concurrency,
                     backend=backend, scheduler=scheduler, adapt_min=adapt_min,
@@ -106,7 +113,7 @@ def run(
     progress: Annotated[bool, typer.Option(help="live progress bar on a terminal")] = True,
 ) -> None:
     """Run (or resume) the study in STUDY_FILE until it holds budget.trials finished trials."""
-    from search import _run
+    from search.driver import _run
 
     _run.on_signals()  # SIGTERM and SIGHUP stop the run as Ctrl-C does, from here on
     try:
@@ -142,7 +149,7 @@ def validate(
     dataset, the warm-start sources, the cluster (SLURM: `sbatch --test-only` of the worker job
     script) and the launcher.
     """
-    from search._run import validate as check
+    from search.driver._run import validate as check
 
     try:
         plan = _plan(study_file, storage, scheduler, backend, adapt_min, adapt_max, trials,
@@ -160,7 +167,7 @@ def status(
     storage: StorageOpt = None,
 ) -> None:
     """Print a study's trial counts and best value from storage (runs nothing)."""
-    from search._tables import status_table
+    from search.analysis._tables import status_table
     from training.contract import redact
 
     try:
@@ -179,7 +186,7 @@ def best(
     """Print a study's best trials (Pareto front if several objectives) from storage."""
     from optuna.trial import TrialState
 
-    from search._tables import best_table
+    from search.analysis._tables import best_table
 
     try:
         s, _ = load(study, storage)
@@ -237,8 +244,8 @@ def report(
     """Write a self-contained HTML report of a study (figures need no server or network)."""
     import optuna
 
-    from search._analysis import other_studies
-    from search._report import write_report
+    from search.analysis._figures import other_studies
+    from search.analysis._report import write_report
     from training.contract import redact
 
     try:
@@ -269,8 +276,8 @@ def _checkpoint_store(url: str, study: Any = None) -> Any:
     """The artifact store the checkpoints are in (``study``'s ``[checkpoints] store``, else
     the default beside the storage), when it exists, so the dashboard lists and serves them;
     None otherwise."""
-    from search._checkpoint_store import artifact_directory, recorded_store
-    from search._columns import study_config
+    from search.analysis._columns import study_config
+    from search.storage._checkpoint_store import artifact_directory, recorded_store
     from training.contract import artifact_store
 
     where = None
@@ -367,7 +374,7 @@ def export(
     )] = None,
 ) -> None:
     """Write a study's trials as a table, one row per trial (CSV or Parquet)."""
-    from search._export import export_format, export_study
+    from search.analysis._export import export_format, export_study
 
     try:
         kind = export_format(fmt, output)

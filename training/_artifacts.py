@@ -15,7 +15,7 @@ CHECKPOINT_ATTR = "detol:checkpoint"
 # buckets are views rebuilt at start; threads, MPICH's progress thread, an own loop's agreement
 # timeout and the data loader's worker processes hold no state). Every other setting of the
 # configuration must match the resuming trial's (training/_checkpoint.py), and a study may change
-# only these between runs (search/_study.py). ``checkpoints.*`` is not part of a trial's
+# only these between runs (search/driver/_study.py). ``checkpoints.*`` is not part of a trial's
 # configuration at all.
 FREE_ON_RESTORE = (
     "epochs", "bucket_kb", "threads_per_rank", "mpi_async_progress", "agree_timeout_s",

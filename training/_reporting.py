@@ -21,7 +21,7 @@ CONTINUE: Decision = "continue"
 PAUSE: Decision = "pause"
 STOP: Decision = "stop"
 # + the epoch: a multi-objective trial's metrics at that epoch, a list in objective order (a
-# non-finite value as null), one attribute per epoch (search._pareto_pruning reads them).
+# non-finite value as null), one attribute per epoch (search.pruners._dominated reads them).
 VECTOR_ATTR = "detol:vector:"
 
 
@@ -63,7 +63,7 @@ class OptunaReporter:
     ``objectives[0]`` is reported each epoch (Optuna's intermediate value, what its pruners
     read); in a multi-objective study, where Optuna refuses reports, the epoch's vector of
     ``objectives`` is stored as the user attribute ``VECTOR_ATTR + epoch`` and the pruner is asked
-    directly. A pruner with ``pauses = True`` (search._promotion) pauses rather than stops.
+    directly. A pruner with ``pauses = True`` (search.pruners._promotion) pauses rather than stops.
     """
 
     def __init__(

@@ -19,7 +19,7 @@ from typing import Any
 import optuna
 
 from search import parse_study
-from search._study_file import StudyFile
+from search.studyfile._study_file import StudyFile
 from training import Dataset
 
 SAMPLE_SEED = 0  # the configurations' RandomSampler seed

@@ -2,12 +2,12 @@
 ``search.Driver`` in ``benchmarks/nb201.py``, the peers in :mod:`peers`): the search space is 6
 categorical decisions, one per cell edge in NB201's edge order (0->1, 0->2, 1->2, 0->3, 1->3,
 2->3), each among the 5 ops of :data:`spaces.NB201_OPS`. Each evaluation is answered by
-:func:`search._nb201.evaluate` -- the 200-epoch validation accuracy of *one* random training
-seed -- with the noise seed the driver would use (``run seed * 1_000_003 + evaluation index``),
-so a peer and our strategy with the same run seed draw from the same noise stream. The incumbent
-is the evaluation with the best *observed* value (the first one on ties, as in
+:func:`search.simulated._nb201.evaluate` -- the 200-epoch validation accuracy of *one* random
+training seed -- with the noise seed the driver would use (``run seed * 1_000_003 + evaluation
+index``), so a peer and our strategy with the same run seed draw from the same noise stream. The
+incumbent is the evaluation with the best *observed* value (the first one on ties, as in
 ``nb201.run_one``), and a run is scored by the table's seed-averaged accuracy of that incumbent
-(:func:`search._nb201.mean_accuracy`).
+(:func:`search.simulated._nb201.mean_accuracy`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from spaces import NB201_OPS
 
 EDGES = ("1<-0", "2<-0", "2<-1", "3<-0", "3<-1", "3<-2")  # NB201 edge order, genome order
 EDGE_NAMES = tuple(f"edge{i}" for i in range(len(EDGES)))  # hyperparameter names for peers
-NOISE_STRIDE = 1_000_003  # search._driver: noise seed = strategy seed * stride + trial number
+# search.driver._driver: noise seed = strategy seed * stride + trial number
+NOISE_STRIDE = 1_000_003
 
 
 def encode(ops: Sequence[str]) -> str:
@@ -84,10 +85,10 @@ class NoisyCell:
 
 
 def observe(key: str, dataset: str, noise_seed: int) -> float:
-    """One noisy evaluation of table key ``key``: exactly :func:`search._nb201.evaluate`'s
+    """One noisy evaluation of table key ``key``: exactly :func:`search.simulated._nb201.evaluate`'s
     noise model (one training seed drawn by ``np.random.default_rng(noise_seed)``), on the key
     rather than a genome, so disconnected cells answer too."""
-    from search._nb201 import table
+    from search.simulated._nb201 import table
 
     t = table(dataset)
     row = t.rows[key]
@@ -98,7 +99,7 @@ def observe(key: str, dataset: str, noise_seed: int) -> float:
 def incumbent_curve(keys: Sequence[str], observed: Sequence[float], dataset: str) -> list[float]:
     """The incumbent rule: the best observed value so far (first on ties), scored by the
     table's seed mean."""
-    from search._nb201 import mean_accuracy
+    from search.simulated._nb201 import mean_accuracy
 
     best, score, curve = -np.inf, np.nan, []
     for key, value in zip(keys, observed, strict=True):

@@ -86,7 +86,7 @@ def journal(tmp_path: Path) -> str:
 
 def test_minimal_study_text_is_valid(write_study: WriteStudy) -> None:
     """Guards the cases below: each is this valid study plus exactly one mistake."""
-    from search._study_file import load_study_file
+    from search.studyfile._study_file import load_study_file
 
     sf = load_study_file(write_study())
     assert (sf.name, sf.training.dataset, sf.training.ranks) == ("t", "digits", 1)

@@ -10,11 +10,11 @@ from pathlib import Path
 import optuna
 import pytest
 
-from search._checkpoint_store import STORE_ATTR
-from search._driver import Driver
 from search._errors import StudyError
-from search._study import open_study
-from search._study_file import load_study_file
+from search.driver._driver import Driver
+from search.driver._study import open_study
+from search.storage._checkpoint_store import STORE_ATTR
+from search.studyfile._study_file import load_study_file
 
 URL = "postgresql://me@db.example/optuna"  # never opened: only names the storage
 

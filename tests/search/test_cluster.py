@@ -22,9 +22,9 @@ import pytest
 from optuna.trial import TrialState
 
 from search import Driver, StudyError, open_study, parse_study
-from search._cluster import open_client, with_overrides
-from search._cluster_base import MPI, ClusterPlan, trial_task_durations
-from search._cluster_plans import plan_cluster
+from search.clusters._base import MPI, ClusterPlan, trial_task_durations
+from search.clusters._plans import plan_cluster
+from search.driver._open_cluster import open_client, with_overrides
 from tests.cli_helpers import run_cli
 from training.contract import open_storage
 

@@ -18,7 +18,7 @@ import optuna
 import pandas as pd
 import pytest
 
-from search._analysis import compare_figure
+from search.analysis._figures import compare_figure
 from tests.cli_helpers import run_cli, search_command
 from training.contract import open_storage
 

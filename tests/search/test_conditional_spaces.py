@@ -12,8 +12,8 @@ import pytest
 
 import spaces
 from search import StudyError, parse_study
-from search._registry import STRATEGIES, build_sampler
-from search._samplers import EvolutionSampler, candidate_key
+from search.strategies import EvolutionSampler, candidate_key
+from search.strategies._registry import STRATEGIES, build_sampler
 from training.contract import TrainConfig
 
 SPACE = spaces.Space(
@@ -278,7 +278,7 @@ def test_a_parameter_of_the_algorithm_every_trial_runs_needs_no_when() -> None:
 def test_the_shipped_algorithms_study_searches_each_parameter_only_where_it_applies() -> None:
     from pathlib import Path
 
-    from search._study_file import load_study_file
+    from search.studyfile._study_file import load_study_file
 
     sf = load_study_file(Path(__file__).parents[2] / "studies" / "digits-algorithms.toml")
     space = sf.search_space

@@ -16,7 +16,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from search._analysis import importance_figure
+from search.analysis._figures import importance_figure
 from tests.cli_helpers import run_cli, search_command
 from tests.search.test_report import MULTI, NB201, shared_storage
 from training.contract import open_storage

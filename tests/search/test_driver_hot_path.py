@@ -15,10 +15,10 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
-from search._driver import Driver, RunCounts
-from search._run import Display
-from search._study import DRIVER_ATTR, HEARTBEAT_ATTR, driver_beat_key, open_study
-from search._study_file import load_study_file
+from search.driver._driver import Driver, RunCounts
+from search.driver._run import Display
+from search.driver._study import DRIVER_ATTR, HEARTBEAT_ATTR, driver_beat_key, open_study
+from search.studyfile._study_file import load_study_file
 
 
 class CountingJournal(JournalStorage):
@@ -138,7 +138,7 @@ def test_progress_reads_the_best_value_only_when_a_trial_completes(
 def test_the_heartbeat_is_one_write_per_driver_not_one_per_running_trial(
     tmp_path: Path, client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("search._driver.HEARTBEAT_S", 0.1)
+    monkeypatch.setattr("search.driver._driver.HEARTBEAT_S", 0.1)
     storage = JournalStorage(JournalFileBackend(str(tmp_path / "s.journal")))
     driver, counts, study = _drive(tmp_path, client, storage, module="hot_beat", trials=12,
                                    sleep=0.4)

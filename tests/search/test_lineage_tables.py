@@ -8,10 +8,10 @@ import optuna
 from optuna.trial import TrialState
 from rich.console import Console
 
-from search._analysis import trials_frame
-from search._promotion import LINEAGE_ATTR, PAUSED_ATTR, RESUME_OF_ATTR
-from search._report import _best_table
-from search._tables import best_table, status_table
+from search.analysis._figures import trials_frame
+from search.analysis._report import _best_table
+from search.analysis._tables import best_table, status_table
+from search.pruners._promotion import LINEAGE_ATTR, PAUSED_ATTR, RESUME_OF_ATTR
 
 
 def _study() -> optuna.Study:

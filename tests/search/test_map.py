@@ -12,8 +12,8 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 import spaces
-from search._analysis import study_panels
-from search._map import map_figure, map_panel, project
+from search.analysis._figures import study_panels
+from search.analysis._map import map_figure, map_panel, project
 from tests.search.test_report import make_study
 
 

@@ -11,8 +11,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from search import _nb201 as nb
 from search import load_study_file
+from search.simulated import _nb201 as nb
 from spaces import CellFamily, CellGenome, StackFamily
 from tests.cli_helpers import run_cli
 from training.contract import open_storage

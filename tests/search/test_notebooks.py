@@ -24,7 +24,7 @@ pytestmark = pytest.mark.timeout(180)
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 PLOTLY = "application/vnd.plotly.v1+json"
-PNG_WIDTH = 960  # search._notebook.static_images' default
+PNG_WIDTH = 960  # search.analysis._notebook.static_images' default
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +129,7 @@ def test_a_missing_storage_or_study_says_what_to_set_and_creates_nothing(
 
 def test_without_a_browser_figures_stay_interactive_and_say_so() -> None:
     """No Chrome/Chromium for kaleido: one line says how to get static images; no hang."""
-    code = ("import plotly.io as pio; from search._notebook import static_images; "
+    code = ("import plotly.io as pio; from search.analysis._notebook import static_images; "
             "pio.renderers.default = 'plotly_mimetype'; "
             "print(static_images(), pio.renderers.default)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -10,11 +10,12 @@ import subprocess
 import optuna
 from optuna.trial import TrialState
 
-from search import _replay, _segments
-from search._driver import untold_configurations
-from search._outcomes import Running
-from search._promotion import PAUSED_ATTR, PromotingHalving
-from search._study import DRIVER_ATTR, RESUME_FROM_ATTR, recover_orphans
+from search.driver import _segments
+from search.driver._driver import untold_configurations
+from search.driver._outcomes import Running
+from search.driver._study import DRIVER_ATTR, RESUME_FROM_ATTR, recover_orphans
+from search.pruners import _replay
+from search.pruners._promotion import PAUSED_ATTR, PromotingHalving
 from training.contract import CHECKPOINT_ATTR
 
 

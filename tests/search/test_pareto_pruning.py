@@ -1,4 +1,4 @@
-"""Multi-objective pruning (search._pareto_pruning): the rule on hand-made epoch vectors in an
+"""Multi-objective pruning (search.pruners._dominated): the rule on hand-made epoch vectors in an
 in-memory study, rank 0's reporter writing and asking it, and a function objective using it."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import optuna
 import pytest
 from optuna.trial import TrialState, create_trial
 
-from search._objectives import run_function_trial
-from search._pareto_pruning import DominatedPruner
-from search._registry import pruner_spec
-from search._study_file import parse_study
+from search.backends._objectives import run_function_trial
+from search.pruners._dominated import DominatedPruner
+from search.strategies._registry import pruner_spec
+from search.studyfile._study_file import parse_study
 from tests.cli_helpers import run_search
 from training._reporting import CONTINUE, STOP, OptunaReporter
 from training.contract import VECTOR_ATTR, open_storage

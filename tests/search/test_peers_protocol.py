@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from search._nb201 import evaluate, mean_accuracy, table_key
+from search.simulated._nb201 import evaluate, mean_accuracy, table_key
 from spaces import NB201_OPS, CellGenome
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -69,7 +69,7 @@ def test_a_peer_sees_the_drivers_noise_model_and_noise_seeds(peers_mod):
     problem = _peers.NoisyCell(dataset="cifar100", seed=7, budget=6)
     seen = [problem(best) for _ in range(6)]
     genome = CellGenome(nodes=4, edges=best)
-    # search._driver: noise seed = strategy seed * 1_000_003 + trial number
+    # search.driver._driver: noise seed = strategy seed * 1_000_003 + trial number
     expected = [
         evaluate({"genome": genome}, dataset="cifar100", noise_seed=7 * 1_000_003 + i)["values"][
             "val_accuracy"

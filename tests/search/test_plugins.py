@@ -12,7 +12,7 @@ import pytest
 from optuna.trial import TrialState
 
 from search._errors import StudyError
-from search._study_file import parse_study
+from search.studyfile._study_file import parse_study
 from tests.cli_helpers import run_search
 from training.contract import PluginError, TrainConfig, check_plugins, open_storage
 

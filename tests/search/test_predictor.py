@@ -1,4 +1,4 @@
-"""The predictor strategy (search._samplers._predictor): a GP over the space's embedding proposes
+"""The predictor strategy (search.strategies._predictor): a GP over the space's embedding proposes
 unseen candidates, learns fast on a toy objective, resumes from storage, works without a genome,
 takes a warm-start prior without creating trials, and believes its running trials."""
 
@@ -13,9 +13,9 @@ import pytest
 
 import spaces
 from search._errors import StudyError
-from search._registry import build_sampler
-from search._samplers import PredictorSampler, candidate_key
-from search._samplers._surrogate import GaussianProcess, normal_scores, quantiles
+from search.strategies import PredictorSampler, candidate_key
+from search.strategies._registry import build_sampler
+from search.strategies._surrogate import GaussianProcess, normal_scores, quantiles
 from tests.search.test_strategies import SPACE, objective
 
 SMALL = {"startup_trials": 5}

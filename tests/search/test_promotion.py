@@ -11,7 +11,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from search._promotion import (
+from search.pruners._promotion import (
     LINEAGE_ATTR,
     PAUSED_ATTR,
     RESUME_OF_ATTR,
@@ -171,7 +171,7 @@ def test_hyperband_brackets_follow_configuration_numbers_not_trial_numbers() -> 
 
 
 def test_a_retry_after_a_lost_worker_carries_the_lineage_totals() -> None:
-    from search._study import RESUME_FROM_ATTR, requeue
+    from search.driver._study import RESUME_FROM_ATTR, requeue
 
     study = _study(PromotingHalving(1, 2))
     parent = _paused(study, [0.5, 0.6], **{"detol:lineage_epochs": 2,
@@ -199,7 +199,7 @@ def _uninterrupted(study_file: Path, params: dict) -> list[dict]:
     """The per-epoch history of ``params`` trained for every epoch in this process (1 rank)."""
     from mpi4py import MPI
 
-    from search._study_file import load_study_file
+    from search.studyfile._study_file import load_study_file
     from training._trainer import Trainer
 
     config = load_study_file(study_file).training.with_params(params)

@@ -16,8 +16,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from search._promotion import PAUSED_ATTR, RESUME_OF_ATTR, PromotingHalving, lineage
-from search._replay import replay
+from search.pruners._promotion import PAUSED_ATTR, RESUME_OF_ATTR, PromotingHalving, lineage
+from search.pruners._replay import replay
 from tests.cli_helpers import run_search
 from training.contract import open_storage
 
@@ -117,8 +117,8 @@ def test_a_recorded_study_replays_to_the_same_decisions(tmp_path: Path) -> None:
 _KILLER = textwrap.dedent("""\
     import os, signal, sys
     from pathlib import Path
-    from search._driver import Driver
-    from search._run import _started, plan_run
+    from search.driver._driver import Driver
+    from search.driver._run import _started, plan_run
 
     plan = plan_run(Path(sys.argv[1]), storage=sys.argv[2], trials=None, concurrency=None)
 

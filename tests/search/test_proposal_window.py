@@ -14,8 +14,7 @@ from optuna.trial import TrialState
 
 import spaces
 from search._errors import StudyError
-from search._registry import build_sampler
-from search._samplers._base import (
+from search.strategies._base import (
     CompleteSoFar,
     KeyCache,
     LatestComplete,
@@ -25,8 +24,9 @@ from search._samplers._base import (
     seen_keys,
     uniform_choice,
 )
-from search._samplers._window import IncrementalGroupSpace, Window
-from search._study_file import parse_study
+from search.strategies._registry import build_sampler
+from search.strategies._window import IncrementalGroupSpace, Window
+from search.studyfile._study_file import parse_study
 
 FLAT = spaces.Space({
     "lr": spaces.Float(low=1e-5, high=1.0, log=True),

@@ -1,4 +1,4 @@
-"""The replay engine (search._replay) on synthetic curves whose right answer is known."""
+"""The replay engine (search.pruners._replay) on synthetic curves whose right answer is known."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from search._promotion import PAUSED_ATTR, RESUME_OF_ATTR, PromotingHalving, lineage
-from search._registry import pruner_spec
-from search._replay import best_final, replay
+from search.pruners._promotion import PAUSED_ATTR, RESUME_OF_ATTR, PromotingHalving, lineage
+from search.pruners._replay import best_final, replay
+from search.strategies._registry import pruner_spec
 
 EPOCHS = 12
 N = 30

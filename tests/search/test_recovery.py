@@ -15,7 +15,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from search._study import DRIVER_ATTR, recover_orphans
+from search.driver._study import DRIVER_ATTR, recover_orphans
 from tests.cli_helpers import search_command
 from training.contract import open_storage
 
@@ -143,7 +143,7 @@ def _processes_tagged(tag: str) -> list[int]:
 
 
 def test_trials_of_a_silent_driver_on_another_host_are_failed(tmp_path: Path) -> None:
-    from search._study import HEARTBEAT_ATTR
+    from search.driver._study import HEARTBEAT_ATTR
 
     study = optuna.create_study(study_name="s", storage=open_storage(str(tmp_path / "j")))
     dist = {"lr": optuna.distributions.FloatDistribution(0.001, 0.1)}
@@ -200,7 +200,7 @@ def test_kill_on_a_terminal_gives_the_cursor_back(tmp_path: Path) -> None:
 
 
 def test_one_driver_heartbeat_keeps_all_its_trials_on_another_host(tmp_path: Path) -> None:
-    from search._study import HEARTBEAT_ATTR, driver_beat_key
+    from search.driver._study import HEARTBEAT_ATTR, driver_beat_key
 
     study = optuna.create_study(study_name="s", storage=open_storage(str(tmp_path / "j")))
     dist = {"lr": optuna.distributions.FloatDistribution(0.001, 0.1)}

@@ -218,7 +218,7 @@ def _on_white(color: str, opacity: float) -> float:
 
 @pytest.mark.parametrize("objective", ["val_accuracy", "val_loss"])  # maximised, minimised
 def test_parallel_coordinates_draw_the_best_trials_dark(tmp_path: Path, objective: str) -> None:
-    from search._analysis import PARALLEL_SCALE, parallel_figure
+    from search.analysis._figures import PARALLEL_SCALE, parallel_figure
 
     study = make_study(str(tmp_path / "p.journal"), "p", trials=16, objectives=(objective,),
                        seed=3)
@@ -351,7 +351,7 @@ def test_bad_storage_is_one_line_and_creates_nothing(tmp_path: Path, storage_arg
 
 def test_the_error_hook_catches_javascript_errors(tmp_path: Path) -> None:
     """The negative control for check_rendered: an error on the page ends up in #js-errors."""
-    from search._report import _ERROR_HOOK
+    from search.analysis._report import _ERROR_HOOK
 
     page = tmp_path / "broken.html"
     page.write_text(f"<!DOCTYPE html><html><head><script>{_ERROR_HOOK}</script>"

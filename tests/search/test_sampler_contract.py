@@ -23,8 +23,8 @@ from optuna.testing.pytest_samplers import (
 )
 
 import spaces
-from search._registry import STRATEGIES, build_sampler
-from search._samplers import candidate_key
+from search.strategies import candidate_key
+from search.strategies._registry import STRATEGIES, build_sampler
 
 SINGLE_ONLY = ("evolution", "reinforce", "predictor")
 CELL = spaces.Space({"genome": spaces.CellFamily()})

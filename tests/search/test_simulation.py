@@ -1,6 +1,6 @@
-"""The simulated sweep (search._simclock, search._workload) through the real driver: seeded and
-deterministic, faults handled as the real driver handles them, pruning frees workers early, the
-driver's own work charged as a serial server, utilisation computed right."""
+"""The simulated sweep (search.simulated._clock, search.simulated._workload) through the real
+driver: seeded and deterministic, faults handled as the real driver handles them, pruning frees
+workers early, the driver's own work charged as a serial server, utilisation computed right."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from search import Driver, open_study, parse_study
 from search._errors import StudyError
-from search._simclock import SimClock, driver_bound, max_workers, utilisation
-from search._study import RETRY_ATTR
-from search._workload import evaluate, parse
+from search.driver._study import RETRY_ATTR
+from search.simulated._clock import SimClock, driver_bound, max_workers, utilisation
+from search.simulated._workload import evaluate, parse
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,7 @@ def test_lost_workers_are_requeued_and_failures_are_not(client: Client) -> None:
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     for t in lost:
         # The worker vanished partway: its time until then counts, and the driver re-queued its
-        # parameters exactly as for a real KilledWorker (search._study.requeue).
+        # parameters exactly as for a real KilledWorker (search.driver._study.requeue).
         assert 0 < t.user_attrs["sim_time_s"] < 600
         reason = t.user_attrs["exit_reason"]
         if "re-queued" in reason:

@@ -18,9 +18,9 @@ import optuna
 import pytest
 from optuna.trial import FrozenTrial, TrialState
 
-from search._cluster_plans import plan_cluster
-from search._cluster_watch import ClusterFailed, ClusterHandle, recording_job_class
-from search._study_file import parse_study
+from search.clusters._plans import plan_cluster
+from search.clusters._watch import ClusterFailed, ClusterHandle, recording_job_class
+from search.studyfile._study_file import parse_study
 from tests.cli_helpers import search_command
 from training.contract import open_storage
 

@@ -47,7 +47,7 @@ def test_unusable_storage_is_one_clear_line(url: str, message: str) -> None:
 
 
 def test_the_command_line_and_the_library_agree_on_the_default_storage() -> None:
-    from search._reading import DEFAULT_STORAGE as cli_default
+    from search.storage._reading import DEFAULT_STORAGE as cli_default
     from training.contract import DEFAULT_STORAGE
 
     assert cli_default == DEFAULT_STORAGE

@@ -13,9 +13,9 @@ import pytest
 
 import spaces
 from search._errors import StudyError
-from search._registry import STRATEGIES, build_sampler
-from search._samplers import EvolutionSampler, ReinforceSampler, candidate_key
-from search._study_file import parse_study
+from search.strategies import EvolutionSampler, ReinforceSampler, candidate_key
+from search.strategies._registry import STRATEGIES, build_sampler
+from search.studyfile._study_file import parse_study
 
 SPACE = spaces.Space(
     {
@@ -190,7 +190,7 @@ def test_reinforce_policy_is_replayed_once_when_threads_ask_at_once(
     import threading
     import time
 
-    from search._samplers._reinforce import Policy
+    from search.strategies._reinforce import Policy
 
     study = make_study("reinforce", 0)
     run(study, 6)
@@ -288,7 +288,7 @@ def test_nsga2_tournament_prefers_a_feasible_parent_under_constraints() -> None:
     # values; without constraints the better values win.
     from optuna.trial import create_trial
 
-    from search._samplers import GenomeChildGeneration
+    from search.strategies import GenomeChildGeneration
 
     dist = {"x": optuna.distributions.FloatDistribution(-1.0, 1.0)}
     directions = ["minimize", "minimize"]

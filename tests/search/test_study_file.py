@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from search import StudyError, load_study_file, parse_study
-from search._study_file import StudyFile
+from search.studyfile._study_file import StudyFile
 
 
 def test_defaults_and_inferred_directions() -> None:
@@ -45,7 +45,7 @@ def test_algorithm_and_ranks_are_searchable() -> None:
     ],
 )
 def test_every_pruner_builds_from_its_table_and_survives_json(table: dict, pruner_class: str) -> None:
-    from search._registry import pruner_spec
+    from search.strategies._registry import pruner_spec
     from training.contract import build_pruner
 
     sf = parse_study({"name": "x", "pruner": table, "training": {"epochs": 9}})
@@ -164,7 +164,7 @@ def test_multi_objective_studies_take_the_dominated_pruner_or_none(pruner: str) 
 def test_top_half_judges_only_the_first_epoch() -> None:
     import optuna
 
-    from search._registry import pruner_spec
+    from search.strategies._registry import pruner_spec
 
     sf = parse_study({"name": "x", "pruner": {"name": "top-half", "startup_trials": 2}})
     study = optuna.create_study(direction="maximize",
@@ -190,7 +190,7 @@ def test_top_half_takes_the_median_of_every_trial_not_only_the_survivors() -> No
     import optuna
     from optuna.trial import TrialState
 
-    from search._registry import pruner_spec
+    from search.strategies._registry import pruner_spec
 
     sf = parse_study({"name": "x", "pruner": {"name": "top-half", "startup_trials": 2}})
     study = optuna.create_study(direction="maximize",
@@ -270,7 +270,7 @@ def test_space_checks_that_do_not_need_a_broken_table_still_run() -> None:
 
 
 def test_load_study_file_puts_the_file_name_before_every_mistake(tmp_path) -> None:
-    from search._study_file import load_study_file
+    from search.studyfile._study_file import load_study_file
 
     path = tmp_path / "two.toml"
     path.write_text('name = "t"\n[training]\nactivation = "relux"\n[budget]\ntrails = 3\n')

@@ -71,7 +71,7 @@ def test_fields_that_cannot_change_a_trial_do_not_block_a_resume(tmp_path: Path)
     """A study made by an older detol: its stored form lacks fields added since (at their
     default they change nothing) and holds an older default of a field its algorithm never
     reads. An ASGD study whose send_every default moved is still refused: its trials differ."""
-    from search._study import STUDY_ATTR, check_same_study
+    from search.driver._study import STUDY_ATTR, check_same_study
 
     journal = str(tmp_path / "s.journal")
     path = tmp_path / "study.toml"

@@ -6,7 +6,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from rich.console import Console
 
-from search._tables import best_table
+from search.analysis._tables import best_table
 
 
 def test_best_table_fits_80_columns_with_whole_headers() -> None:

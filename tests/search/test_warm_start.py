@@ -15,11 +15,11 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from search import _warm_start as warm
 from search._errors import StudyError
-from search._samplers._base import candidate_key, draw, uniform_choice
-from search._study import open_study
-from search._study_file import parse_study
+from search.driver import _warm_start as warm
+from search.driver._study import open_study
+from search.strategies._base import candidate_key, draw, uniform_choice
+from search.studyfile._study_file import parse_study
 from tests.cli_helpers import run_cli, run_search
 from training.contract import open_storage
 
@@ -354,7 +354,7 @@ def test_every_strategy_starts_from_the_transferred_cells(strategy: str) -> None
                       "strategy": {"name": strategy, "seed": 0, "warm_start": ["c10"],
                                    "warm_start_top": 2}})
     study = open_study(sf, storage)
-    from search._nb201 import evaluate
+    from search.simulated._nb201 import evaluate
     for _ in range(4):
         trial = study.ask()
         params = sf.search_space.suggest(trial)
@@ -390,8 +390,8 @@ def _first_proposal(storage: optuna.storages.BaseStorage, name: str,
 
 
 def test_predictor_learns_from_every_source_trial() -> None:
-    from search._nb201 import mean_accuracy, table_key
-    from search._samplers import PredictorSampler
+    from search.simulated._nb201 import mean_accuracy, table_key
+    from search.strategies import PredictorSampler
 
     storage = optuna.storages.InMemoryStorage()
     space = parse_study({"name": "x", "objective": "nb201:cifar10", "space": CELL}).search_space

@@ -1,0 +1,240 @@
+"""Pruners replayed on recorded learning curves: the pruner alone, without a sampler.
+
+A discrete-event simulation of ``concurrency`` workers on an in-memory Optuna study. The
+configurations start in a given order; each trial is one configuration (its Optuna parameter
+``config``, the curve's index) and after every epoch reports that epoch's recorded value
+(``trial.report``) and asks ``trial.should_prune()``, as the trainer's reporter does; an epoch
+takes one unit of simulated time, or the configuration's recorded seconds for it.
+
+A stopping pruner's True stops the trial (PRUNED). A pruner with ``pauses = True``
+(``search.pruners._promotion.PromotingHalving``) *pauses* it: PRUNED with ``detol:paused_at`` and a
+stand-in checkpoint (``detol:checkpoint``, the epoch; no file). What a free worker starts next is
+decided by the driver's own code, :func:`search.driver._segments.next_start`: it queues the
+promotion (``queue_promotion``) that the next ``ask`` takes, and the continuation is given its
+parent's curve with ``continue_curve``, as in the driver, then trains on from the epoch after the
+checkpoint's, on the same recorded curve. The budget counts as spent once every configuration
+has started (the driver's rule with every trial told before the next starts, as on its simulated
+clock). Time is a :class:`search.simulated._clock.SimClock`. A curve shorter than ``epochs`` is a
+run that diverged: it fails after its last.
+
+>>> curves = [[0.1 * i, 0.1 * i + 0.05] for i in range(1, 7)]
+>>> run = replay(curves, optuna.pruners.NopPruner(), concurrency=2, order=range(6))
+>>> run.epochs, run.incumbent, round(run.regret, 6)
+(12, 5, 0.0)
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import optuna
+from optuna.trial import TrialState
+
+from search.driver._segments import continue_curve, next_start
+from search.driver._study import RESUME_FROM_ATTR
+from search.pruners._promotion import PAUSED_ATTR
+from search.simulated._clock import SimClock
+from training.contract import CHECKPOINT_ATTR
+
+CONFIG_PARAM = "config"
+
+
+@dataclass
+class ReplayRun:
+    """What one replay spent and found."""
+
+    epochs: int  # epochs trained; a continuation's re-reported epochs are not trained again
+    time: float  # simulated time until the last worker stopped
+    incumbent: int | None  # the configuration of the best trial that trained every epoch
+    regret: float | None  # best final value of all full curves - the incumbent's final value
+    complete: int = 0
+    stopped: int = 0  # PRUNED for good
+    paused: int = 0  # PRUNED with detol:paused_at (may have been promoted later)
+    promotions: int = 0
+    failed: int = 0
+    # (configuration, first epoch, last epoch) that each trial trained, in the order they ended
+    segments: list[tuple[int, int, int]] = field(default_factory=list)
+    study: optuna.Study | None = field(default=None, repr=False)
+
+
+def _check(curves: Sequence[Sequence[float]], epochs: int, concurrency: int) -> None:
+    if concurrency < 1:
+        raise ValueError(f"concurrency: must be >= 1, got {concurrency}")
+    if epochs < 1:
+        raise ValueError(f"epochs: must be >= 1, got {epochs}")
+    for i, curve in enumerate(curves):
+        if not 1 <= len(curve) <= epochs:
+            raise ValueError(f"curves[{i}]: has {len(curve)} values, expected 1..{epochs}")
+
+
+def best_final(curves: Sequence[Sequence[float]], epochs: int) -> float:
+    """The best final value over the curves that reach ``epochs`` (what no pruning finds)."""
+    finals = [c[epochs - 1] for c in curves if len(c) == epochs]
+    if not finals:
+        raise ValueError(f"no curve has all {epochs} epochs")
+    return max(finals)
+
+
+class _Replay:
+    """One run's state; ``run()`` drives the event loop to the end."""
+
+    def __init__(
+        self,
+        curves: Sequence[Sequence[float]],
+        pruner: optuna.pruners.BasePruner,
+        *,
+        concurrency: int,
+        order: Iterable[int],
+        epochs: int,
+        durations: Sequence[Sequence[float]] | None,
+        study_name: str,
+    ) -> None:
+        self.curves = curves
+        self.epochs = epochs
+        self.durations = durations
+        self.concurrency = concurrency
+        self.queue = deque(order)
+        self.pauses = bool(getattr(pruner, "pauses", False))
+        self.promoter = pruner if self.pauses else None
+        self.clock = SimClock(service=0.0)  # the driver's work costs nothing here
+        # Hyperband's brackets hash the study name: a fixed name keeps a replay reproducible.
+        self.study = optuna.create_study(
+            study_name=study_name,
+            direction="maximize",
+            pruner=pruner,
+            sampler=optuna.samplers.RandomSampler(seed=0),  # every value is enqueued anyway
+        )
+        self.heap: list[tuple[float, int, optuna.Trial, int, int]] = []
+        self.seq = itertools.count()
+        self.running = 0
+        self.spent = 0
+        self.budget = sum(len(c) for c in curves)
+        self.counts = {"complete": 0, "stopped": 0, "paused": 0, "promotions": 0, "failed": 0}
+        self.first: dict[int, int] = {}  # trial number -> the first epoch it trains
+        self.segments: list[tuple[int, int, int]] = []
+
+    @property
+    def now(self) -> float:
+        return self.clock.now()
+
+    def _duration(self, config: int, epoch: int) -> float:
+        return 1.0 if self.durations is None else float(self.durations[config][epoch - 1])
+
+    def _schedule(self, trial: optuna.Trial, config: int, epoch: int) -> None:
+        end = self.now + self._duration(config, epoch)
+        heapq.heappush(self.heap, (end, next(self.seq), trial, config, epoch))
+
+    def _start(self, config: int | None) -> None:
+        """Ask the next trial: an enqueued continuation (``config`` None) or configuration
+        ``config``."""
+        if config is not None:
+            self.study.enqueue_trial({CONFIG_PARAM: config})
+        trial = self.study.ask()
+        config = trial.suggest_int(CONFIG_PARAM, 0, len(self.curves) - 1)  # the enqueued value
+        first = 1
+        resume = trial.user_attrs.get(RESUME_FROM_ATTR)
+        if resume is not None:  # the curve so far, from its checkpoint: not trained again
+            continue_curve(self.study, trial, resume, multi_objective=False)
+            first = int(resume["epoch"]) + 1
+        self.first[trial.number] = first
+        self.running += 1
+        self._schedule(trial, config, first)
+
+    def _fill(self) -> None:
+        """Free workers: what the driver starts (search.driver._segments.next_start)."""
+        while self.running < self.concurrency:
+            start = next_start(self.study, self.promoter, budget_spent=not self.queue)
+            if start is None:
+                return
+            if start == "configuration":
+                self._start(self.queue.popleft())
+            else:
+                self.counts["promotions"] += start == "continuation"
+                self._start(None)
+
+    def _end(self, trial: optuna.Trial, config: int, epoch: int, outcome: str) -> None:
+        self.counts[outcome] += 1
+        self.segments.append((config, self.first.pop(trial.number), epoch))
+        self.running -= 1
+
+    def _epoch_end(self, trial: optuna.Trial, config: int, epoch: int) -> None:
+        curve = self.curves[config]
+        value = float(curve[epoch - 1])
+        self.spent += 1
+        if self.spent > self.budget:  # each lineage trains each epoch once: a loop otherwise
+            raise RuntimeError(f"{self.spent} epochs trained, more than the curves hold")
+        if not math.isfinite(value) or (epoch == len(curve) and epoch < self.epochs):
+            self.study.tell(trial, state=TrialState.FAIL)  # diverged: the trainer fails it
+            self._end(trial, config, epoch, "failed")
+            return
+        trial.report(value, epoch)
+        decision = trial.should_prune()  # asked every epoch, the last too, as the reporter does
+        if epoch == self.epochs:
+            self.study.tell(trial, value)
+            self._end(trial, config, epoch, "complete")
+        elif not decision:
+            self._schedule(trial, config, epoch + 1)
+        elif self.pauses:
+            trial.set_user_attr(PAUSED_ATTR, epoch)
+            trial.set_user_attr(CHECKPOINT_ATTR, {"id": f"replay-{trial.number}", "epoch": epoch})
+            self.study.tell(trial, state=TrialState.PRUNED)
+            self._end(trial, config, epoch, "paused")
+        else:
+            self.study.tell(trial, state=TrialState.PRUNED)
+            self._end(trial, config, epoch, "stopped")
+
+    def run(self) -> ReplayRun:
+        self._fill()
+        while self.heap:
+            end, _, trial, config, epoch = heapq.heappop(self.heap)
+            self.clock.advance_to(end)
+            self._epoch_end(trial, config, epoch)
+            self._fill()  # also retries idle workers: a report may make a paused trial promotable
+        complete = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        incumbent = regret = None
+        if complete:
+            best = max(complete, key=lambda t: (t.values[0], -t.number))  # first of equals
+            incumbent = int(best.params[CONFIG_PARAM])
+            regret = best_final(self.curves, self.epochs) - float(self.curves[incumbent][-1])
+        return ReplayRun(
+            epochs=self.spent,
+            time=self.now,
+            incumbent=incumbent,
+            regret=regret,
+            segments=self.segments,
+            study=self.study,
+            **self.counts,
+        )
+
+
+def replay(
+    curves: Sequence[Sequence[float]],
+    pruner: optuna.pruners.BasePruner,
+    *,
+    concurrency: int,
+    order: Iterable[int],
+    epochs: int | None = None,
+    durations: Sequence[Sequence[float]] | None = None,
+    study_name: str = "replay",
+) -> ReplayRun:
+    """Replay ``pruner`` (a fresh instance: pruners may keep state) on ``curves`` (per
+    configuration, its value after each epoch, higher is better), the configurations starting
+    in ``order``, ``concurrency`` at a time. ``epochs``: the full budget (default: the longest
+    curve). ``durations``: seconds per configuration and epoch (default: 1 per epoch)."""
+    curves = [list(c) for c in curves]
+    full = epochs if epochs is not None else max((len(c) for c in curves), default=0)
+    _check(curves, full, concurrency)
+    return _Replay(
+        curves,
+        pruner,
+        concurrency=concurrency,
+        order=order,
+        epochs=full,
+        durations=durations,
+        study_name=study_name,
+    ).run()

@@ -1,0 +1,49 @@
+"""Optuna's Gaussian-process sampler with a window: the GP is fitted on at most ``window``
+complete trials -- the best tenth of the whole study and the most recent others
+(``search.strategies._window``) -- and conditions on at most ``window // 10`` running trials, the
+most recently started. A GP fit is cubic in its trials and its batch acquisition grows with the
+running trials it conditions on, so without a window one proposal takes seconds at 1,000 trials
+(5.4 s with 1,024 running) and grows without bound.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from optuna.distributions import BaseDistribution
+from optuna.samplers import GPSampler
+from optuna.study import Study
+from optuna.trial import FrozenTrial
+
+from search.strategies._window import Window
+
+_MIN_WINDOW = 20  # a window holds its best tenth, the most recent trials and a few running ones
+
+
+class WindowedGPSampler(GPSampler):
+    """:class:`optuna.samplers.GPSampler` (same keyword arguments, plus ``window``; see the
+    module docstring). ``window=None`` fits every trial, as Optuna does."""
+
+    def __init__(self, *, window: int | None = None, **gp: Any) -> None:
+        if window is not None and window < _MIN_WINDOW:
+            raise ValueError(
+                f"window: must be >= {_MIN_WINDOW} (or 0 for every trial), got {window}"
+            )
+        super().__init__(**gp)
+        self._window = window
+        self._windows: dict[int, Window] = {}  # study id -> its window
+
+    def _sample_relative_impl(
+        self,
+        study: Study,
+        completed_trials: list[FrozenTrial],
+        running_trials: list[FrozenTrial],
+        search_space: dict[str, BaseDistribution],
+    ) -> dict[str, Any]:
+        if self._window:
+            kept = self._windows.setdefault(study._study_id, Window())  # noqa: SLF001
+            completed_trials = kept.pick(
+                study, completed_trials, size=self._window, best=self._window // 10
+            )
+            running_trials = running_trials[-(self._window // 10):]
+        return super()._sample_relative_impl(study, completed_trials, running_trials, search_space)
