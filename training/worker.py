@@ -154,6 +154,10 @@ def run(spec_data: dict[str, Any]) -> int:
         if out is not None and spec.result_path:
             _write_json(spec.result_path, out)
         return 0
+    except KeyboardInterrupt:
+        # Not this rank's error: the launcher interrupts the other ranks when one fails
+        # (MPICH's gforker sends SIGINT), and the failing rank's own words are the trial's.
+        return 130
     except BaseException as exc:  # noqa: BLE001 - any error on any rank ends the whole job
         text = "".join(traceback.format_exception(exc))
         print(f"[rank {comm.rank}] {text}", file=sys.stderr, flush=True)

@@ -100,7 +100,10 @@ def plan_run(study_file: Path, *, storage: str | None, trials: int | None,
     plan.finished = 0 if existing is None else _finished_count(existing)
     if sf.strategy.warm_start:  # an unknown source or one with nothing in common: now
         plan.sources = load_sources(sf, storage=storage_obj, url=url)
-    if sf.objective is None and (sf.training.plugins or sf.training.task != "classification"):
+    # A model, loss or metrics plug-in (or regression) is built and run once on real data; a
+    # user dataset alone is only imported, as before: loading it may be slow or have effects.
+    own = {k for k in sf.training.plugins if k != "training.dataset"}
+    if sf.objective is None and (own or sf.training.task != "classification"):
         check_trial_plugins(sf)  # in a fresh Python with [launcher] env, on any cluster
     elif sf.objective is None and plan.cluster.backend == "local":
         try:  # trials here load it here: find out now, not after five failed trials
