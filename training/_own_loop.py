@@ -49,7 +49,7 @@ def run_own_loop(spec: Any, config: Any, comm: Any) -> dict[str, Any] | None:
     """Run ``spec.own_loop`` on ``comm``; rank 0 returns the result dict, others None."""
     import torch
 
-    from training._reporting import OptunaReporter
+    from training._reporting import trial_reporter
     from training._session import Session
     from training.worker import make_checkpointer
 
@@ -57,16 +57,7 @@ def run_own_loop(spec: Any, config: Any, comm: Any) -> dict[str, Any] | None:
     train = resolve_train(own["function"], own.get("sys_path"))
     torch.set_num_threads(config.threads_per_rank)
     torch.manual_seed(config.seed)  # the same initial weights on every rank (wrap broadcasts)
-    reporter = None
-    if comm.rank == 0 and spec.storage_url and spec.trial_id is not None:
-        reporter = OptunaReporter(
-            study_name=spec.study_name,
-            storage_url=spec.storage_url,
-            trial_id=spec.trial_id,
-            pruner=spec.pruner,
-            objectives=list(spec.objectives),
-            reports=spec.report,
-        )
+    reporter = trial_reporter(spec, comm.rank)
     control = comm.Dup()  # the session's calls never match the loop's own collectives
     checkpointer = make_checkpointer(spec, control, reporter)
     started = time.time()

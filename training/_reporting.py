@@ -103,3 +103,18 @@ class OptunaReporter:
         if not stop:
             return CONTINUE
         return PAUSE if getattr(self.pruner, "pauses", False) else STOP
+
+
+def trial_reporter(spec: Any, rank: int) -> OptunaReporter | None:
+    """Rank 0's reporter for the trial ``spec`` names (a TrialSpec); None on the other ranks and
+    for a job that reports to no trial. One place for the built-in trainer and own loops."""
+    if rank != 0 or not spec.storage_url or spec.trial_id is None:
+        return None
+    return OptunaReporter(
+        study_name=spec.study_name,
+        storage_url=spec.storage_url,
+        trial_id=spec.trial_id,
+        pruner=spec.pruner,
+        objectives=list(spec.objectives),
+        reports=spec.report,
+    )

@@ -59,7 +59,7 @@ def thread_level() -> str:
 
 def train_spec(spec: Any, config: Any, comm: Any, data: Any = None) -> dict[str, Any] | None:
     """Train one trial on ``comm`` (this job, or a warm pool's); rank 0 returns the result."""
-    from training._reporting import OptunaReporter
+    from training._reporting import trial_reporter
     from training._trainer import Trainer
 
     check_rank_count(comm, config.ranks, spec.launcher)
@@ -71,16 +71,7 @@ def train_spec(spec: Any, config: Any, comm: Any, data: Any = None) -> dict[str,
             return None
         return {**own, "ranks": comm.size, "mpi_thread_level": thread_level(),
                 "finish_time": time.time()}
-    reporter = None
-    if comm.rank == 0 and spec.storage_url and spec.trial_id is not None:
-        reporter = OptunaReporter(
-            study_name=spec.study_name,
-            storage_url=spec.storage_url,
-            trial_id=spec.trial_id,
-            pruner=spec.pruner,
-            objectives=list(spec.objectives),
-            reports=spec.report,
-        )
+    reporter = trial_reporter(spec, comm.rank)
     trainer = Trainer(
         config,
         comm,
