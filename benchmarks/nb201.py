@@ -612,7 +612,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
 
-    default = [s for s in STRATEGIES if s != "nsga2" and not (args.quick and s in SLOW_SEEDS)]
+    default = [s for s in STRATEGIES  # auto runs one of the others
+               if s not in ("nsga2", "auto") and not (args.quick and s in SLOW_SEEDS)]
     strategies = sorted(args.strategies or default, key=_order)
     unknown = [s for s in strategies if split_label(s)[0] not in STRATEGIES]
     if unknown:

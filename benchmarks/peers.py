@@ -39,17 +39,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import nb201  # benchmarks/nb201.py: our strategies through the driver
 import numpy as np
-from _common import machine, now_iso
+from _common import job_pool, machine, now_iso
 from _common import peers as _peers  # benchmarks/_common/peers.py
 
 BUDGETS = (50, 100)
@@ -101,31 +99,12 @@ def run_jobs(jobs: list[RunJob], workers: int, runs_path: Path | None,
              max_minutes: float | None) -> list[dict[str, Any]]:
     """Jobs in order over a spawn pool (at most ``workers`` in flight); each finished run is
     appended to ``runs_path``; none is submitted after ``max_minutes``."""
-    results: list[dict[str, Any]] = []
-    ctx = multiprocessing.get_context("spawn")
-    started = time.perf_counter()
-    pending = list(reversed(jobs))
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=nb201._pool_init) as pool:
-        running: set[Any] = set()
-        while pending or running:
-            late = max_minutes is not None and time.perf_counter() - started > 60 * max_minutes
-            while pending and len(running) < workers and not late:
-                running.add(pool.submit(run_job, pending.pop()))
-            if not running:
-                break
-            done, running = wait(running, return_when=FIRST_COMPLETED)
-            for future in done:
-                r = future.result()
-                results.append(r)
-                if runs_path is not None:
-                    with runs_path.open("a") as fh:
-                        fh.write(json.dumps(r) + "\n")
-                print(f"{len(results)}/{len(jobs)} {r['dataset']} {r['optimizer']} s{r['seed']}"
-                      f" {r['wall_s']:.1f}s load {r['load1']:.1f}"
-                      + (f" ERROR {r['error']}" if r["error"] else ""), flush=True)
-        if pending:
-            print(f"stopped after {max_minutes} min: {len(pending)} runs not started")
-    return results
+    def describe(r: dict[str, Any]) -> str:
+        return (f"{r['dataset']} {r['optimizer']} s{r['seed']} {r['wall_s']:.1f}s "
+                f"load {r['load1']:.1f}" + (f" ERROR {r['error']}" if r["error"] else ""))
+
+    return job_pool.run_jobs(jobs, run_job, workers=workers, initializer=nb201._pool_init,
+                             runs_path=runs_path, max_minutes=max_minutes, describe=describe)
 
 
 def _stderr(values: list[float]) -> float:

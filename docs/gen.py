@@ -314,6 +314,14 @@ def strategies_page() -> str:
            "## Strategies\n",
            "Every strategy also reads `seed`, `warm_start` and `warm_start_top`.\n"]
     for name in reg.STRATEGIES:
+        if name == "auto":  # builds another one: what it picks, by the kind of study
+            picks = "; ".join(f"{kind}: `{pick}`" for kind, pick in importlib.import_module(
+                "search.strategies._auto").AUTO_CHOICES.items())
+            out.append(f"### `{name}`\n")
+            out.append(f"Picks a strategy by the study ({picks}), with that strategy's "
+                       "defaults; the study records the pick (`detol:strategy`) and a resumed "
+                       "study keeps it. Name the strategy to set its options.\n")
+            continue
         with warnings.catch_warnings():  # Optuna marks some of the arguments experimental
             warnings.simplefilter("ignore")
             sampler = reg.build_sampler(name, {}, 0, space, ["maximize"])

@@ -10,6 +10,7 @@ imports what it needs (Optuna, Dask, pandas) when it runs.
 
 from __future__ import annotations
 
+import errno
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -88,8 +89,8 @@ def _plan(study_file: Path, storage: str | None, scheduler: str | None, backend:
 SchedulerOpt = Annotated[str | None, typer.Option(
     "--scheduler", help="address of an existing Dask scheduler (the address backend)")]
 BackendOpt = Annotated[str | None, typer.Option(
-    "--backend", help="override cluster.backend: local, address, slurm, pbs, kubernetes, cloud "
-    "(docs/clusters.md)")]
+    "--backend", help="override cluster.backend: local, address, slurm, sge, pbs, kubernetes, "
+    "cloud (docs/clusters.md)")]
 AdaptMinOpt = Annotated[int | None, typer.Option(
     "--adapt-min", min=0, help="adaptive scaling: fewest workers (cluster.adapt)")]
 AdaptMaxOpt = Annotated[int | None, typer.Option(
@@ -128,6 +129,13 @@ def run(
         signum = getattr(exc, "signum", signal.SIGINT)
         err.print(f"interrupted ({signal.Signals(signum).name}) before the first trial")
         raise typer.Exit(128 + signum) from None
+    except OSError as exc:  # a full disk (or quota) under the storage: one line, not a traceback
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = f" writing {exc.filename}" if exc.filename else ""
+        print_error(f"storage: {exc.strerror}{where}; finished trials are kept: free space, "
+                    "then run the same command again to resume")
+        raise typer.Exit(1) from None
     if code:
         raise typer.Exit(code)
 
@@ -147,7 +155,7 @@ def validate(
 
     Checks the file, the storage, whether the study there may go on with this file, the
     dataset, the warm-start sources, the cluster (SLURM: `sbatch --test-only` of the worker job
-    script) and the launcher.
+    script; Grid Engine: `qsub -w v`) and the launcher.
     """
     from search.driver._run import validate as check
 

@@ -51,14 +51,23 @@ class PostgresServer:
         subprocess.run([*self._pg_ctl, "-w", "start"], check=True, capture_output=True,
                        timeout=120)
 
+    def running(self) -> bool:
+        """Whether the server is up (it stops itself, e.g. on a full disk)."""
+        return subprocess.run([*self._pg_ctl, "status"], capture_output=True,
+                              timeout=60).returncode == 0
+
 
 @contextlib.contextmanager
-def throwaway_postgres(max_connections: int = 200) -> Iterator[PostgresServer]:
+def throwaway_postgres(
+    max_connections: int = 200, *, directory: Path | None = None, options: str = ""
+) -> Iterator[PostgresServer]:
     """A fresh server; its URL is ``postgresql://detol:PASSWORD@127.0.0.1:PORT/detol``. Stopped
-    and deleted on exit. PostgresMissing (before anything is made) when it is not installed."""
+    and deleted on exit. PostgresMissing (before anything is made) when it is not installed.
+    ``directory``: where its files go (default: a new temporary directory); ``options``: more
+    ``postgres`` command-line options."""
     bins = {name: pg_bin(name) for name in ("initdb", "pg_ctl", "createdb")}
     # Not under pytest's basetemp: that is private to root, and the server runs as 'postgres'.
-    root = Path(tempfile.mkdtemp(prefix="detol-pg-"))
+    root = Path(tempfile.mkdtemp(prefix="detol-pg-", dir=directory))
     data = root / "data"
     run_as: list[str] = []
     if os.geteuid() == 0:  # PostgreSQL refuses to run as root
@@ -76,7 +85,7 @@ def throwaway_postgres(max_connections: int = 200) -> Iterator[PostgresServer]:
                        check=True, capture_output=True, text=True, timeout=120)
         pg_ctl = [*run_as, bins["pg_ctl"], "-D", str(data), "-l", str(root / "log"), "-o",
                   f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off "
-                  f"-c max_connections={max_connections}"]
+                  f"-c max_connections={max_connections} {options}"]
         server = PostgresServer(f"postgresql://detol:{PASSWORD}@127.0.0.1:{port}/detol", pg_ctl)
         server.start()
         try:

@@ -48,6 +48,16 @@ def test_a_stale_or_missing_page_is_found(gen, tmp_path):
     assert "+| `epochs` | int | `10` |" in stale["study-file.md"]
 
 
+def test_every_study_file_key_says_what_it_is_for(gen):
+    page = gen.study_file_page()
+    rows = [line for line in page.splitlines()
+            if line.startswith("| `") and line.rstrip().endswith("|")]
+    assert len(rows) > 100  # every table of the page, not one of them
+    silent = [row.split("|")[1].strip() for row in rows if row.rstrip("| ").endswith("|")
+              or row.split("|")[-2].strip() == ""]
+    assert not silent, f"study-file keys without help text (add description=...): {silent}"
+
+
 def test_the_docs_build_with_every_link_and_page_checked(tmp_path):
     site = tmp_path / "site"
     done = subprocess.run(

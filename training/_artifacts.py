@@ -16,9 +16,10 @@ CHECKPOINT_ATTR = "detol:checkpoint"
 # timeout and the data loader's worker processes hold no state). Every other setting of the
 # configuration must match the resuming trial's (training/_checkpoint.py), and a study may change
 # only these between runs (search/driver/_study.py). ``checkpoints.*`` is not part of a trial's
-# configuration at all.
+# configuration at all. ``ranks`` too: the built-in trainer's checkpoints reshard from P to Q
+# ranks (training._reshard), the global batch staying what it is.
 FREE_ON_RESTORE = (
-    "epochs", "bucket_kb", "threads_per_rank", "mpi_async_progress", "agree_timeout_s",
+    "epochs", "ranks", "bucket_kb", "threads_per_rank", "mpi_async_progress", "agree_timeout_s",
     "loader_workers",
 )
 

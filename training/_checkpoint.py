@@ -2,8 +2,10 @@
 
 Rank 0 writes, every rank restores. One file holds every rank's part (model, optimizer, the
 algorithm's own state, torch's random state, steps taken), because the ranks of ASGD and local
-SGD hold different weights between averages: a checkpoint written by P ranks restores on P ranks
-only, and a job of another size is refused before it trains. Beside them: the epoch, the
+SGD hold different weights between averages. A checkpoint of the built-in trainer (header
+``"reshard": True``) written by P ranks restores on any Q ranks: rank 0 makes the Q states by the
+rule of training._reshard before it hands them out. An own loop's restores on P ranks only: a job
+of another size is refused before it trains. Beside them: the epoch, the
 learning curve so far, the training seconds spent, the configuration, and the settings of it that
 do not matter for restoring (``free_on_restore``: how long and how fast to train, never a shape
 or an algorithm's state; training._artifacts.FREE_ON_RESTORE). Every other setting must match
@@ -29,6 +31,7 @@ import torch
 from mpi4py import MPI
 
 from training._artifacts import FREE_ON_RESTORE, CheckpointPlan
+from training._reshard import reshard
 
 FORMAT = 1
 
@@ -47,10 +50,11 @@ def check_compatible(saved: dict[str, Any], config: dict[str, Any], ranks: int) 
         raise CheckpointMismatch(
             f"checkpoint format {saved.get('format')!r}, this version reads {FORMAT}"
         )
-    if saved["ranks"] != ranks:
+    if saved["ranks"] != ranks and not saved.get("reshard", False):
         raise CheckpointMismatch(
             f"the checkpoint was written by {saved['ranks']} ranks; this job has {ranks} "
-            "(each rank's state is restored on the same rank)"
+            "(each rank's state is restored on the same rank: an own loop's checkpoint does "
+            "not change width)"
         )
     theirs, ours = saved["config"], config
     # Free only where both the writer and this reader say so (a checkpoint of an older detol
@@ -84,6 +88,7 @@ class Checkpointer:
         self.written: list[str] = []  # this trial's artifact ids, oldest first
         self.seconds = 0.0  # wall time rank 0 spent saving (gather + write + upload)
         self.bytes = 0  # size of the newest checkpoint file
+        self.reshard_seconds = 0.0  # rank 0: time spent making Q states out of P (a resize)
 
     def save(self, header: dict[str, Any], rank_state: dict[str, Any]) -> str | None:
         """Collective (waits for all ranks): rank 0 writes ``header`` and every rank's
@@ -122,6 +127,12 @@ class Checkpointer:
                     data = torch.load(path, map_location="cpu", weights_only=True)
                 check_compatible(data, config, self.comm.size)
                 states = data.pop("rank_states")
+                if len(states) != self.comm.size:  # another width: training._reshard's rule
+                    t = MPI.Wtime()
+                    theirs = data["config"]
+                    states = reshard(states, self.comm.size, algorithm=str(theirs["algorithm"]),
+                                     seed=int(theirs.get("seed", 0)), epoch=int(data["epoch"]))
+                    self.reshard_seconds = MPI.Wtime() - t
                 payload = [(data, s) for s in states]
             except Exception as exc:  # noqa: BLE001 - every rank raises the same error
                 payload = [exc] * self.comm.size

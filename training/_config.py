@@ -9,12 +9,18 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 import spaces
 from training._data import check_dataset_name
 from training._plugins import check_name
+from training._prune_config import (
+    SEARCHABLE_PRUNE,
+    PruneConfig,
+    apply_prune_params,
+    unprunable,
+)
 from training._registry import ALGORITHMS
 
 ACTIVATIONS = ("relu", "tanh", "gelu", "silu")
 OPTIMIZERS = ("sgd", "adam")
 # Fields a study's [space] may search. The rest describe the experiment, not the candidate.
-SEARCHABLE = (
+_FIELDS = (
     "lr",
     "batch_size",
     "momentum",
@@ -29,6 +35,8 @@ SEARCHABLE = (
     "send_every",
     "local_steps",
 )
+# ... and the keys of [training] prune, as prune_<key> (training/_prune_config.py).
+SEARCHABLE = _FIELDS + SEARCHABLE_PRUNE
 # Algorithms that exchange state between ranks: with one rank nothing is exchanged and each is
 # plain SGD (ASGD has no peer to write to, an average of one is a no-op), a repeat of "sync".
 MIN_RANKS = {"asgd": 2, "localsgd": 2, "simuparallel": 2}
@@ -45,18 +53,20 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    dataset: str = "digits"
-    epochs: int = Field(10, ge=1)
+    dataset: str = Field("digits", description="a built-in dataset or module:function")
+    epochs: int = Field(10, ge=1, description="epochs each trial trains (the last rung)")
     batch_size: int = Field(64, ge=1, description="global batch, split across ranks")
-    lr: float = Field(0.05, gt=0)
-    momentum: float = Field(0.9, ge=0, lt=1)
-    weight_decay: float = Field(0.0, ge=0)
-    optimizer: Literal["sgd", "adam"] = "sgd"
-    hidden: int = Field(128, ge=1)
-    layers: int = Field(2, ge=0, le=64)
-    activation: Literal["relu", "tanh", "gelu", "silu"] = "relu"
-    dropout: float = Field(0.0, ge=0, lt=1)
-    ranks: int = Field(2, ge=1)
+    lr: float = Field(0.05, gt=0, description="learning rate")
+    momentum: float = Field(0.9, ge=0, lt=1, description="sgd momentum")
+    weight_decay: float = Field(0.0, ge=0, description="L2 penalty")
+    optimizer: Literal["sgd", "adam"] = Field("sgd", description="the optimizer every rank runs")
+    hidden: int = Field(128, ge=1, description="built-in MLP: units per hidden layer")
+    layers: int = Field(2, ge=0, le=64, description="built-in MLP: hidden layers")
+    activation: Literal["relu", "tanh", "gelu", "silu"] = Field(
+        "relu", description="built-in MLP: activation"
+    )
+    dropout: float = Field(0.0, ge=0, lt=1, description="built-in MLP: dropout rate")
+    ranks: int = Field(2, ge=1, description="MPI ranks per trial")
     algorithm: str = Field("sync", description="one of training._registry.ALGORITHMS")
     send_every: int = Field(
         4, ge=1, description="asgd: steps between two state sends (why 4: README, training core)"
@@ -71,13 +81,15 @@ class TrainConfig(BaseModel):
         default_factory=list,
         description="rank i computes slowdown[i] times slower (a straggler, for experiments)",
     )
-    seed: int = 0
-    val_fraction: float = Field(0.2, gt=0, le=0.5)
+    seed: int = Field(0, description="seed of the data split, weights and batch order")
+    val_fraction: float = Field(
+        0.2, gt=0, le=0.5, description="share of the training data held out for validation"
+    )
     genome: dict[str, Any] | None = Field(None, description="topology (a spaces genome as a dict)")
     cell_channels: int = Field(16, ge=1, description="cell genomes: stem channels")
     cell_stages: int = Field(2, ge=1, le=4, description="cell genomes: stages")
     cells_per_stage: int = Field(1, ge=1, le=5, description="cell genomes: cells per stage")
-    threads_per_rank: int = Field(1, ge=1)
+    threads_per_rank: int = Field(1, ge=1, description="torch threads per rank")
     agree_timeout_s: float = Field(
         20.0, gt=0, description="own loop: how long ranks wait for each other in a session "
         "call (report, save_checkpoint, the end of train) before the trial fails",
@@ -91,6 +103,10 @@ class TrainConfig(BaseModel):
     )
     loader_workers: int = Field(
         0, ge=0, le=64, description="DataLoader worker processes per rank (file datasets only)"
+    )
+    prune: PruneConfig | None = Field(
+        None, description="prune neurons and channels during training (docs/training-core.md); "
+        "each key searchable in [space] as prune_<key>",
     )
     params: dict[str, Any] = Field(
         default_factory=dict,
@@ -119,7 +135,7 @@ class TrainConfig(BaseModel):
     def plugin_params(self) -> dict[str, Any]:
         """What ``build(params, data)`` and ``make_loss(params)`` get: the searchable training
         fields' values, the genome (a dict) if any, and the free parameters."""
-        out: dict[str, Any] = {k: getattr(self, k) for k in SEARCHABLE}
+        out: dict[str, Any] = {k: getattr(self, k) for k in _FIELDS}
         if self.genome is not None:
             out["genome"] = self.genome
         return {**out, **self.params}
@@ -165,14 +181,25 @@ class TrainConfig(BaseModel):
                 f"slowdown gives {len(self.slowdown)} factors but the trial has ranks = "
                 f"{self.ranks}: one factor per rank at most (rank i takes slowdown[i])"
             )
+        if self.prune is not None:
+            self._check_prune(self.prune)
         return self
+
+    def _check_prune(self, prune: PruneConfig) -> None:
+        if prune.end_epoch > self.epochs:
+            raise ValueError(f"prune.end_epoch = {prune.end_epoch} is after the last epoch "
+                             f"(epochs = {self.epochs})")
+        family = (self.genome or {}).get("family")
+        if self.model is None and family not in (None, "stack"):
+            raise ValueError(f"prune: {unprunable(family)}")
 
     def with_params(self, params: dict[str, Any]) -> TrainConfig:
         """A copy with the searched values of ``params`` applied (validated again)."""
-        known = {k: v for k, v in params.items() if k in SEARCHABLE}
-        data = {**self.model_dump(), **known}
+        known = {k: v for k, v in params.items() if k in _FIELDS}
+        data = apply_prune_params({**self.model_dump(), **known}, params)
         if self.takes_free_params:
-            free = {k: v for k, v in params.items() if k not in TrainConfig.model_fields}
+            free = {k: v for k, v in params.items()
+                    if k not in TrainConfig.model_fields and k not in SEARCHABLE_PRUNE}
             data["params"] = {**self.params, **free}
         return TrainConfig.model_validate(data)
 

@@ -1,6 +1,7 @@
 """The up-front check of a study's plug-ins, in a fresh Python with the job's environment.
 
-``search validate`` and ``search run`` call :func:`check_plugins` before anything is written.
+``search validate`` and ``search run`` call :func:`check_plugins` (or, for ``objective =
+"mpi:package.module:train"``, :func:`check_own_loop`) before anything is written.
 It runs ``python -m training._plugin_check`` (this module) with ``[launcher] env``, which:
 finds our own packages where detol installed them (a user package named ``training`` earlier on
 the path would shadow ours on the ranks), imports each plug-in, loads the dataset, builds the
@@ -49,28 +50,46 @@ def check_plugins(
     """PluginError (``.key``, ``.message``) unless a trial of ``config`` (a TrainConfig dump with
     one trial's parameters) can build and run its plug-ins; else the ``val_`` metric names its
     trials report. ``objectives`` that no trial reports are an error too (key ``metric``)."""
-    request = json.dumps({"config": config, "objectives": objectives or []})
-    proc = subprocess.run(
-        [sys.executable, "-c", _PROGRAM, json.dumps(list(OURS)), str(_HOME)],
-        input=request, env={**os.environ, **(env or {})}, capture_output=True, text=True,
-        timeout=timeout_s, check=False, cwd=os.getcwd(),
-    )
+    answer = _ask({"config": config, "objectives": objectives or []}, env, timeout_s, "training")
+    return list(answer["metrics"])
+
+
+def check_own_loop(function: str, env: dict[str, str] | None = None, *,
+                   timeout_s: float = 300.0) -> None:
+    """PluginError (key ``objective``) unless ``function`` (``package.module:train`` of
+    ``objective = "mpi:..."``) imports in a fresh Python with the job's environment ``env``,
+    from the working directory as the ranks import it, and takes one argument (the session).
+    The user's module is never imported in the calling process (the driver)."""
+    _ask({"own_loop": function}, env, timeout_s, "objective")
+
+
+def _ask(request: dict[str, Any], env: dict[str, str] | None, timeout_s: float,
+         key: str) -> dict[str, Any]:
+    """Runs the check of ``request`` in a fresh Python; its answer, or PluginError."""
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _PROGRAM, json.dumps(list(OURS)), str(_HOME)],
+            input=json.dumps(request), env={**os.environ, **(env or {})}, capture_output=True,
+            text=True, timeout=timeout_s, check=False, cwd=os.getcwd(),
+        )
+    except subprocess.TimeoutExpired:  # one line, not a traceback (subprocess.run killed it)
+        raise PluginError(key, f"the plug-in check did not finish within {timeout_s:g} s "
+                          "(a slow import or dataset load, or a machine too busy)") from None
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if not lines:
         err = [line for line in proc.stderr.strip().splitlines() if line.strip()]
         why = err[-1].strip() if err else f"exit code {proc.returncode}"
-        raise PluginError("training", f"the plug-in check could not run: {why}")
-    answer = json.loads(lines[-1])
+        raise PluginError(key, f"the plug-in check could not run: {why}")
+    answer: dict[str, Any] = json.loads(lines[-1])
     if "error" in answer:
         raise PluginError(answer["key"], answer["error"])
-    return list(answer["metrics"])
+    return answer
 
 
-def _shadowed(found: dict[str, str | None], config: Any) -> PluginError | None:
+def _shadowed(found: dict[str, str | None], key: str) -> PluginError | None:
     """A package of ours that the job's Python finds somewhere other than where detol is."""
     for top, where in found.items():
         if where is not None and Path(where).resolve() != _HOME / top:
-            key = next(iter(config.plugins), "launcher.env")
             return PluginError(key, (
                 f"a package named {top!r} at {where} shadows detol's own {top!r} "
                 f"({_HOME / top}) on the ranks: rename your package"))
@@ -107,7 +126,23 @@ def _tiny_batch(dataset: Any) -> tuple[Any, Any]:
                           f"failed: {type(exc).__name__}: {exc}") from None
 
 
+def _run_own_loop(function: str, found: dict[str, str | None]) -> list[str]:
+    """Imports the own loop's module as a rank does (the working directory first)."""
+    problem = _shadowed(found, "objective")
+    if problem is not None:
+        raise problem
+    from training._own_loop import resolve_train
+
+    try:
+        resolve_train(function, [os.getcwd()])
+    except ValueError as exc:
+        raise PluginError("objective", str(exc)) from None
+    return []
+
+
 def _run(request: dict[str, Any], found: dict[str, str | None]) -> list[str]:
+    if "own_loop" in request:
+        return _run_own_loop(request["own_loop"], found)
     import torch
 
     from training._config import TrainConfig
@@ -115,7 +150,7 @@ def _run(request: dict[str, Any], found: dict[str, str | None]) -> list[str]:
     from training._plugins import build_model, make_loss, make_metrics
 
     config = TrainConfig.model_validate(request["config"])
-    problem = _shadowed(found, config) or _collision(config)
+    problem = _shadowed(found, next(iter(config.plugins), "launcher.env")) or _collision(config)
     if problem is not None:
         raise problem
     for key, name in config.plugins.items():  # import each: its own error, its own key

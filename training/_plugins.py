@@ -221,17 +221,29 @@ def make_metrics(config: Any) -> Callable[[Any, Any], dict[str, float]]:
     """(output, target) -> batch means by name (``val_`` is prefixed by the trainer): accuracy
     (classification) or mae (regression), plus the ``metrics`` plug-in's."""
     base = _accuracy if config.task == "classification" else _mae
-    if config.metrics is None:
+    user = _user_metrics(config)
+    if user is None:
         return base
+
+    def both(output: Any, target: Any) -> dict[str, float]:
+        return {**base(output, target), **user(output, target)}
+
+    return both
+
+
+def _user_metrics(config: Any) -> Callable[[Any, Any], dict[str, float]] | None:
+    """The ``metrics`` plug-in, its answer checked: {identifier other than 'loss': float}."""
+    if config.metrics is None:
+        return None
     func = config.metrics.partition(":")[2]
     user = resolve("training.metrics", config.metrics)
 
-    def both(output: Any, target: Any) -> dict[str, float]:
+    def checked(output: Any, target: Any) -> dict[str, float]:
         got = user(output, target)
         if not isinstance(got, dict):
             raise PluginError("training.metrics", f"{func}() returned {type(got).__name__}, "
                               "expected dict[str, float]")
-        out = base(output, target)
+        out = {}
         for name, value in got.items():
             if not isinstance(name, str) or not name.isidentifier() or name == "loss":
                 raise PluginError("training.metrics", f"{func}() returned the name {name!r}: "
@@ -239,4 +251,42 @@ def make_metrics(config: Any) -> Callable[[Any, Any], dict[str, float]]:
             out[name] = float(value)
         return out
 
-    return both
+    return checked
+
+
+def make_batch_sums(config: Any) -> Callable[[Any, Any], dict[str, float]]:
+    """(output, target) -> each validation metric SUMMED over the batch, ``loss`` included, in
+    a form whose total does not depend on how the samples were cut into batches and ranks (so
+    P ranks report what one rank would, bit for bit where the outputs are the same): accuracy
+    is the count of correct predictions (an integer, exact), the built-in losses and mae are
+    float64 sums of per-sample values; a ``loss`` or ``metrics`` plug-in's batch mean is
+    multiplied by the batch size (in float64)."""
+    import torch.nn.functional as F
+
+    user_loss = make_loss(config) if config.loss is not None else None
+    user_metrics = _user_metrics(config)
+    classify = config.task == "classification"
+
+    def per_sample(values: Any) -> float:
+        return float(values.reshape(len(values), -1).double().mean(dim=1).sum())
+
+    def sums(output: Any, target: Any) -> dict[str, float]:
+        n = len(output)
+        out: dict[str, float] = {}
+        if classify:
+            out["accuracy"] = int((output.argmax(dim=1) == target).sum())
+            if user_loss is None:
+                out["loss"] = float(F.cross_entropy(output, target, reduction="none")
+                                    .double().sum())
+        else:
+            diff = output.reshape(target.shape) - target.to(output.dtype)
+            out["mae"] = per_sample(diff.abs())
+            if user_loss is None:
+                out["loss"] = per_sample(diff * diff)
+        if user_loss is not None:
+            out["loss"] = float(user_loss(output, target)) * n
+        if user_metrics is not None:  # a plug-in's name wins, as in make_metrics
+            out.update({k: float(v) * n for k, v in user_metrics(output, target).items()})
+        return out
+
+    return sums

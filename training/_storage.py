@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import time
+import types
 from collections.abc import Callable, Container
 from typing import Any
 
@@ -198,6 +199,20 @@ class RetryingStorage(BaseStorage):
                 )
                 time.sleep(delay)
                 delay = min(delay * 2, 8.0)
+
+
+def retrying_call(storage: BaseStorage, what: str, fn: Callable[[], Any]) -> Any:
+    """``fn()``: work beside Optuna's own calls on ``storage``'s database (the driver's budget
+    lock), retried as those calls are when ``storage`` is a :class:`RetryingStorage` (``what``
+    names it in the warning); called once otherwise."""
+    if isinstance(storage, RetryingStorage):
+        return storage._call_on(types.SimpleNamespace(**{what: fn}), what)  # noqa: SLF001
+    return fn()
+
+
+def transient_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a lost or refused database connection (not a bad request)."""
+    return _transient(exc)
 
 
 def _retrying(name: str) -> Callable[..., Any]:

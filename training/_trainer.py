@@ -27,7 +27,9 @@ from training._loaders import (
     make_loader,
 )
 from training._pace import Pace
-from training._plugins import build_model, make_loss, make_metrics
+from training._plugins import build_model, make_batch_sums, make_loss
+from training._prune_rebuild import prune_step, restore_widths
+from training._pruning import UnitPruning, widths
 from training._registry import make_algorithm
 from training._reporting import PAUSE, STOP, NullReporter, Reporter
 
@@ -97,22 +99,14 @@ class Trainer:
         torch.manual_seed(config.seed)  # same initial weights on every rank ...
         self.model = build_model(config, self.data.info).to(self.device)
         self.flops = _flops(self.model, self.data.info.input_shape)
+        # Pruning during training (training/_pruning.py): refuses a model it cannot prune.
+        self.pruning = UnitPruning(config.prune, self.model, comm) if config.prune else None
         torch.manual_seed(config.seed * 1000 + comm.rank + 1)  # ... different dropout per rank
-        self.algorithm = make_algorithm(
-            config.algorithm,
-            self.model,
-            comm,
-            lr=config.lr,
-            send_every=config.send_every,
-            local_steps=config.local_steps,
-            bucket_bytes=config.bucket_kb * 1024,
-            seed=config.seed,
-        )
+        self.algorithm = self.make_algorithm()
         self.algorithm.broadcast_parameters(root=0)  # ... and rank 0's are the ones that count
         self.optimizer = self._make_optimizer()
-        self.loss_fn = make_loss(config)  # the batch's mean loss
-        self.sum_loss = make_loss(config, summed=True)  # its sum (the same, scaled)
-        self.metrics_fn = make_metrics(config)
+        self.sum_loss = make_loss(config, summed=True)  # the batch's summed training loss
+        self.batch_sums = make_batch_sums(config)  # validation: sums that add up exactly
         if self.data.in_memory and self.device.type != "cpu":  # small: kept on the device
             self.data.train = self.data.train.to(self.device)
         self.n_train = len(self.data.train)
@@ -134,6 +128,13 @@ class Trainer:
                                   device=self.device)
         self.steps = 0
         self.rows_read = 0  # training samples this rank read, over all epochs
+
+    def make_algorithm(self) -> Any:
+        """The configured algorithm on the model's current parameters (again after a prune)."""
+        c = self.config
+        return make_algorithm(c.algorithm, self.model, self.comm, lr=c.lr,
+                              send_every=c.send_every, local_steps=c.local_steps,
+                              bucket_bytes=c.bucket_kb * 1024, seed=c.seed)
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         c = self.config
@@ -167,6 +168,8 @@ class Trainer:
             local_loss = 0.0
         self.pace.stop()
         if self.algorithm.before_step(last_in_epoch):  # sync: waits for all ranks
+            if self.pruning is not None:
+                self.pruning.penalize(self.model)  # the sparsity penalty, if any
             self.optimizer.step()
             self.algorithm.after_step()
             self.steps += 1
@@ -194,8 +197,9 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self, dataset: Any) -> dict[str, float]:
-        """Mean loss and metrics over all of ``dataset``: each rank scores a strided shard,
-        sums weighted by samples are added over ranks (P ranks report what one would)."""
+        """Mean loss and metrics over all of ``dataset``: each rank scores a strided shard;
+        per-batch sums (counts of correct predictions, float64 sums of per-sample losses) are
+        added over ranks in float64, so P ranks report what one would."""
         self.model.eval()
         whole = isinstance(dataset, InMemory)  # one batch: as fast as before the loaders
         size = -(-len(dataset) // self.comm.size) if whole else self.config.batch_size
@@ -207,12 +211,9 @@ class Trainer:
                 continue
             x = batch[0].to(self.device, non_blocking=True)
             y = batch[1].to(self.device, non_blocking=True)
-            out = self.model(x)
-            n = len(x)
-            means = {"loss": float(self.loss_fn(out, y)), **self.metrics_fn(out, y)}
-            for name, value in means.items():
-                sums[name] = sums.get(name, 0.0) + value * n
-            count += n
+            for name, value in self.batch_sums(self.model(x), y).items():
+                sums[name] = sums.get(name, 0.0) + value
+            count += len(x)
         names = self._metric_names(sums)
         *totals, k = _sum_over_ranks(self.comm, [*(sums.get(m, 0.0) for m in names), count])
         return {m: t / max(k, 1.0) for m, t in zip(names, totals, strict=True)}
@@ -233,9 +234,12 @@ class Trainer:
             "torch_rng": torch.get_rng_state(),
             "steps": self.steps,
             "slept_s": self.pace.slept_s,
+            "widths": widths(self.model) if self.pruning is not None else None,
         }
 
     def load_checkpoint_state(self, state: dict[str, Any]) -> None:
+        if self.pruning is not None:
+            restore_widths(self, state.get("widths"))  # the pruned shapes first (collective)
         self.model.load_state_dict(state["model"])  # copies in place: ASGD's flat views hold
         self.optimizer.load_state_dict(state["optimizer"])
         self.algorithm.load_state_dict(state["algorithm"])
@@ -259,7 +263,8 @@ class Trainer:
     def _save(self, epoch: int, history: list[dict[str, float]], spent: float) -> str | None:
         assert self.checkpointer is not None
         header = {"epoch": epoch, "ranks": self.comm.size, "config": self._identity(),
-                  "history": history, "train_time_s": spent}
+                  "history": history, "train_time_s": spent,
+                  "reshard": True}  # restores on another width: training._reshard
         return self.checkpointer.save(header, self.checkpoint_state())  # waits for all ranks
 
     def train(self) -> TrainResult:
@@ -271,6 +276,10 @@ class Trainer:
         last_checkpoint: dict[str, Any] | None = None
         plan = self.checkpointer.plan if self.checkpointer is not None else None
         for epoch in range(first, self.config.epochs + 1):
+            if self.pruning is not None:
+                self.pruning.start_epoch(epoch)
+                if self.pruning.due(epoch):
+                    prune_step(self, epoch)  # waits for all ranks
             train_loss = self._run_epoch(epoch)
             epochs_run += 1
             with self.algorithm.consensus():  # waits for all ranks (except sync)

@@ -25,12 +25,22 @@ from training._config import (
     ranks_message,
 )
 from training._data import check_dataset_loads
+from training._prune_config import field_of as prune_field
+from training._prune_config import unprunable
 from training._launcher import DEFAULT_LAUNCHER, SINGLE_NODE_ENV
-from training._plugin_check import check_plugins
+from training._plugin_check import check_own_loop, check_plugins
 from training._plugins import PluginError
 from training._reporting import VECTOR_ATTR, build_pruner
 from training._spec import TrialSpec
-from training._storage import DEFAULT_STORAGE, journal_path, open_storage, redact, storage_file
+from training._storage import (
+    DEFAULT_STORAGE,
+    journal_path,
+    open_storage,
+    redact,
+    retrying_call,
+    storage_file,
+    transient_error,
+)
 
 __all__ = [
     "CHECKPOINT_ATTR",
@@ -50,10 +60,15 @@ __all__ = [
     "artifact_store",
     "build_pruner",
     "check_dataset_loads",
+    "check_own_loop",
     "check_plugins",
     "journal_path",
     "open_storage",
+    "prune_field",
+    "unprunable",
     "ranks_message",
     "redact",
+    "retrying_call",
     "storage_file",
+    "transient_error",
 ]

@@ -7,9 +7,11 @@ No torch or mpi4py here, so the Dask workers stay light. What the driver and the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -46,6 +48,16 @@ __all__ = [
 
 def _kill_group(proc: subprocess.Popen[bytes], argv: list[str]) -> None:
     end_job(proc, argv)  # srun gets SIGTERM first, so that it releases its allocation
+
+
+def _exited(proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Whether ``proc`` has exited, waiting up to ``timeout`` s, without reaping it."""
+    end = time.monotonic() + timeout
+    while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        if time.monotonic() >= end:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def _rank_errors(directory: Path) -> list[dict[str, Any]]:
@@ -96,22 +108,26 @@ def run_trial(
             )
             deadline = None if spec.timeout_s is None else started + spec.timeout_s
             while True:
-                try:
-                    proc.wait(timeout=0.5)
+                if _exited(proc, timeout=0.5):
+                    # Not reaped yet, so its pid (the group's id) cannot be reused: what the
+                    # launcher started and left behind (a launcher that was killed leaves its
+                    # ranks training, or waiting for a dead peer, for ever) ends with it.
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
                     break
-                except subprocess.TimeoutExpired:
-                    if deadline is not None and time.time() > deadline:
-                        stopped = (
-                            f"trial timeout: still running after {spec.timeout_s:g} s, "
-                            "MPI job killed"
-                        )
-                    elif should_stop is not None and should_stop():
-                        stopped = "cancelled: the trial was stopped from outside, MPI job killed"
-                    elif os.path.basename(argv[0]) == "srun":  # waiting on resources forever?
-                        stopped = still_queued(log_path.read_text(errors="replace"), started)
-                    if stopped:
-                        _kill_group(proc, argv)
-                        break
+                if deadline is not None and time.time() > deadline:
+                    stopped = (
+                        f"trial timeout: still running after {spec.timeout_s:g} s, "
+                        "MPI job killed"
+                    )
+                elif should_stop is not None and should_stop():
+                    stopped = "cancelled: the trial was stopped from outside, MPI job killed"
+                elif os.path.basename(argv[0]) == "srun":  # waiting on resources forever?
+                    stopped = still_queued(log_path.read_text(errors="replace"), started)
+                if stopped:
+                    _kill_group(proc, argv)
+                    break
         output = log_path.read_text(errors="replace")
         wall = time.time() - started
         result: dict[str, Any] = {}

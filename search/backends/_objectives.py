@@ -23,6 +23,8 @@ seed's value, as a noisy training run would give) and advances a simulated clock
 table's training time (see :mod:`search.simulated._nb201`). ``objective = "simulated:sweep"`` is a
 synthetic workload on the same clock: heavy-tailed durations, failures, lost workers,
 stragglers and a learning curve per epoch (see :mod:`search.simulated._workload`).
+``objective = "flat:kc1"`` looks a flat configuration up in an HPOLib or HPOBench-nn table (see
+:mod:`search.simulated._flat`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from typing import Any
 BENCHMARKS: dict[str, str] = {
     "nb201": "search.simulated._nb201",
     "simulated": "search.simulated._workload",
+    "flat": "search.simulated._flat",
 }
 OWN_LOOP = "mpi"  # objective = "mpi:package.module:train": train(session) on MPI ranks
 _FUNCTION = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
@@ -76,15 +79,13 @@ def check_objective(text: str) -> None:
 
 
 def check_own_loop(text: str) -> None:
-    """ValueError (one line) unless ``text`` names an importable ``train(session)``."""
+    """ValueError (one line) unless ``text`` reads ``package.module:function``. Whether it
+    imports is checked in a fresh Python with [launcher] env, as the other plug-ins are
+    (``training.contract.check_own_loop``, from ``search run`` and ``search validate``): the
+    driver never imports the user's loop."""
     if not _FUNCTION.match(text):
         raise ValueError(f"'mpi:{text}' is not 'mpi:package.module:function' (a loop of your "
                          "own: def function(session))")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    from training._own_loop import resolve_train  # torch-free: imports the user's module only
-
-    resolve_train(text)
 
 
 def own_loop(text: str | None) -> str | None:

@@ -6,6 +6,7 @@ about trials (their expected duration, no Dask retries)."""
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,9 @@ TRIAL_DURATION_ESTIMATE = "1h"
 TRIAL_TASK_PREFIXES = ("run_trial_on_worker", "run_function_trial", "trial")
 # Seconds trials may wait with no Dask worker connected before the run stops.
 DEFAULT_WORKER_TIMEOUT = 300.0
+# Times a local cluster is started before a worker that dies while it starts stops the run.
+START_ATTEMPTS = 3
+log = logging.getLogger("detol.cluster")
 
 
 class Adapt(BaseModel):
@@ -71,6 +75,7 @@ class _Options(BaseModel):
     python: str | None = None
     log_directory: str | None = None
     resource_spec: str | None = None
+    parallel_environment: str | None = None
     name: str = "detol"
     image: str | None = None
     namespace: str | None = None
@@ -114,13 +119,37 @@ class ClusterPlan:
                 f"the {self.backend!r} backend needs {module.split('.')[0]}{hint}: {exc}",
             ) from None
 
+    def _construct(self, **extra: Any) -> Any:
+        """The cluster object. A local worker process that dies while the cluster starts (killed,
+        out of memory) makes Dask raise 'Nanny failed to start'; that is a fault of the moment,
+        not of the study, so the local cluster is started again, up to :data:`START_ATTEMPTS`
+        times, and then a StudyError says what happened in one line."""
+        cls = self.cluster_class()
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                return cls(**self.kwargs, **extra)
+            except RuntimeError as exc:
+                if self.backend != "local" or "failed to start" not in str(exc):
+                    raise
+                if attempt == START_ATTEMPTS:
+                    raise StudyError(
+                        "cluster",
+                        f"the local Dask cluster did not start in {START_ATTEMPTS} attempts: "
+                        f"a worker process died while starting ({exc}; its cause: "
+                        f"{exc.__cause__ or 'unknown'})",
+                    ) from None
+                log.warning("a local Dask worker died while the cluster started (%s); "
+                            "starting the cluster again (attempt %d of %d)", exc, attempt + 1,
+                            START_ATTEMPTS)
+        raise AssertionError("unreachable")
+
     def start(self, *, preflight: Callable[[Any], None] | None = None, **extra: Any) -> Any:
         """Construct the cluster, scale it (fixed or adaptive) and return it (a context manager).
 
         ``extra`` keyword arguments go to the cluster class too; ``preflight(cluster)`` runs
         before any worker is asked for (the cluster is closed if it raises).
         """
-        cluster = self.cluster_class()(**self.kwargs, **extra)
+        cluster = self._construct(**extra)
         if preflight is not None:
             try:
                 preflight(cluster)

@@ -1,16 +1,17 @@
 """What to start for the study file's ``[cluster]`` table: a plan per backend, built without I/O.
 
 Backends (``BACKENDS``): ``local`` (a LocalCluster, the default), ``address`` (an existing
-scheduler), ``slurm`` / ``pbs`` (dask-jobqueue), ``kubernetes`` (dask-kubernetes) and ``cloud``
-(dask-cloudprovider: EC2, GCP, Azure). Each backend turns the table into a ``ClusterPlan``: the
-class to construct and its keyword arguments, built without any I/O, so the plan can be checked
-(and tested) before anything is started, submitted or paid for.
+scheduler), ``slurm`` / ``sge`` (Grid Engine) / ``pbs`` (dask-jobqueue), ``kubernetes``
+(dask-kubernetes) and ``cloud`` (dask-cloudprovider: EC2, GCP, Azure). Each backend turns the
+table into a ``ClusterPlan``: the class to construct and its keyword arguments, built without
+any I/O, so the plan can be checked (and tested) before anything is started, submitted or paid
+for.
 
 Every Dask worker runs one trial at a time (one thread) and offers ``MPI`` slots as a worker
 resource; a trial asks for ``ranks`` of them, so all ranks of a trial land on one worker: one
-process on the local machine, one batch job (possibly spanning nodes) on SLURM/PBS, one pod on
-Kubernetes, one VM in the cloud. A trial whose rank count no worker can hold would wait forever,
-so that is checked before the first trial is asked for.
+process on the local machine, one batch job (possibly spanning nodes) on SLURM/Grid Engine/PBS,
+one pod on Kubernetes, one VM in the cloud. A trial whose rank count no worker can hold would
+wait forever, so that is checked before the first trial is asked for.
 
 >>> plan = BACKENDS["local"].plan(_Options(), slots=2, workers=1, adapt=None)
 >>> plan.factory, plan.kwargs["resources"]
@@ -39,6 +40,7 @@ from search.clusters._remote import (
     plan_cloud,
     plan_kubernetes,
     plan_pbs,
+    plan_sge,
     plan_slurm,
 )
 
@@ -84,6 +86,12 @@ BACKENDS: dict[str, Backend] = {
     ),
     "address": Backend(frozenset({"address", "connect_timeout"}), _plan_address, "a scheduler"),
     "slurm": Backend(frozenset(_JOBQUEUE), plan_slurm, "dask-jobqueue SLURMCluster"),
+    # One host per job (the parallel environment places the slots), so no 'nodes'.
+    "sge": Backend(
+        frozenset(_JOBQUEUE - {"nodes"} | {"resource_spec", "parallel_environment"}),
+        plan_sge,
+        "dask-jobqueue SGECluster (Grid Engine)",
+    ),
     "pbs": Backend(frozenset(_JOBQUEUE | {"resource_spec"}), plan_pbs, "dask-jobqueue PBS"),
     "kubernetes": Backend(
         frozenset(_SCALED | {"name", "image", "namespace", "resources", "env", "cpus_per_slot"}),

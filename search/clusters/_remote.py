@@ -1,4 +1,5 @@
-"""Plans for clusters beyond this machine, built without I/O: SLURM and PBS (dask-jobqueue),
+"""Plans for clusters beyond this machine, built without I/O: SLURM, Grid Engine and PBS
+(dask-jobqueue),
 Kubernetes (the dask-kubernetes operator) and the cloud (dask-cloudprovider: EC2, GCP, Azure).
 The registry that names them is :data:`search.clusters._plans.BACKENDS`."""
 
@@ -20,7 +21,7 @@ from search.clusters._base import (
     remote_scheduler_env,
 )
 
-# --- slurm and pbs (dask-jobqueue) ---------------------------------------------------------------
+# --- slurm, sge and pbs (dask-jobqueue) ----------------------------------------------------------
 
 # Seconds a batch job's Dask worker waits for a scheduler it lost (or never reached) before it
 # ends, and its job with it: the bound on orphans of a killed driver (docs/faults.md).
@@ -121,6 +122,38 @@ def plan_pbs(
         workers,
         adapt,
         pip_extra="pbs",
+        job_queue=True,
+    )
+
+
+# Grid Engine's parallel environment for a worker job's MPI slots when cluster.parallel_environment
+# is not set: 'smp' (all slots on one host) is the name most sites and .ci/sge.sh give it.
+SGE_PARALLEL_ENVIRONMENT = "smp"
+
+
+def plan_sge(
+    opts: Options, *, slots: int, workers: int, adapt: Adapt | None, **_: Any
+) -> ClusterPlan:
+    kwargs = _jobqueue_common(opts, "sge", slots)
+    if "account" in kwargs:  # Grid Engine charges a project (-P), not an account
+        kwargs["project"] = kwargs.pop("account")
+    if opts.resource_spec:
+        kwargs["resource_spec"] = opts.resource_spec
+    pe = opts.parallel_environment or SGE_PARALLEL_ENVIRONMENT
+    directives = [
+        f"-pe {pe} {slots * opts.cpus_per_slot}",  # the trial's ranks are the job's slots
+        "-S /bin/bash",  # not the queue's shell: prologue lines may be bash
+        "-V",  # the submitting environment, as sbatch passes it
+    ]
+    kwargs["job_extra_directives"] = [*directives, *opts.job_extra_directives]
+    return ClusterPlan(
+        "sge",
+        "dask_jobqueue:SGECluster",
+        kwargs,
+        slots,
+        workers,
+        adapt,
+        pip_extra="sge",
         job_queue=True,
     )
 

@@ -3,7 +3,8 @@
 Dask submits batch jobs in its event loop and only logs a refused ``sbatch``/``qsub``; nothing
 reaches the client. :func:`recording_job_class` records the refusal, :class:`ClusterHandle`
 turns it (or ``worker_timeout`` seconds without any worker while trials wait) into
-:class:`ClusterFailed`, and :func:`preflight_slurm` asks SLURM before anything starts.
+:class:`ClusterFailed`, and :data:`PREFLIGHTS` ask the batch system (SLURM, Grid Engine) about
+the worker job script before anything starts.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +33,12 @@ class ClusterFailed(StudyError):
 
 # Words in a batch system's refusal -> the [cluster] key that most likely caused it.
 _SUBMIT_KEYS = (
+    # Grid Engine's words first: its refusals end in 'verification: no suitable queues'.
+    ("parallel environment", "cluster.parallel_environment"),
+    ("only offers", "cluster.slots_per_worker"),
+    ("unknown resource", "cluster.resource_spec"),
+    ("unknown queue", "cluster.queue"),
+    ("project", "cluster.account"),
     ("partition", "cluster.queue"),
     ("queue", "cluster.queue"),
     ("account", "cluster.account"),
@@ -44,6 +52,14 @@ _SUBMIT_KEYS = (
 )
 
 
+# The [cluster] options that shape a worker job, per backend ('' for the others).
+_SUBMIT_OPTIONS = {
+    "": "queue, account, walltime, memory, nodes, job_extra_directives",
+    "sge": "queue, account, walltime, resource_spec, parallel_environment, "
+    "slots_per_worker, job_extra_directives",
+}
+
+
 def _submit_error(backend: str, command: str, error: str) -> ClusterFailed:
     """One line for a batch system that refused the worker job: the likely key, its words."""
     lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
@@ -53,7 +69,7 @@ def _submit_error(backend: str, command: str, error: str) -> ClusterFailed:
     return ClusterFailed(
         where,
         f"{command} rejected the {backend!r} worker job: {quoted!r} (check the [cluster] "
-        "options queue, account, walltime, memory, nodes, job_extra_directives)",
+        f"options {_SUBMIT_OPTIONS.get(backend, _SUBMIT_OPTIONS[''])})",
         exit_code=2,
     )
 
@@ -146,39 +162,58 @@ class ClusterHandle:
 
 def _queue_states(backend: str, jobs: list[str]) -> str:
     """What the batch system says about ``jobs`` (best effort, e.g. 'PENDING (Resources)')."""
-    if backend != "slurm" or not shutil.which("squeue"):
-        return ""
-    try:
-        out = subprocess.run(
-            ["squeue", "-h", "-j", ",".join(jobs), "-o", "%i %T (%r)"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired):
+    if backend == "slurm" and shutil.which("squeue"):
+        out = _output(["squeue", "-h", "-j", ",".join(jobs), "-o", "%i %T (%r)"])
+    elif backend == "sge" and shutil.which("qstat"):  # job-ID prior name user state ...
+        rows = [line.split() for line in _output(["qstat", "-u", "*"]).splitlines()]
+        out = "\n".join(f"{r[0]} {r[4]}" for r in rows if len(r) > 4 and r[0] in jobs)
+    else:
         return ""
     return "; ".join(line.strip() for line in out.splitlines() if line.strip())
 
 
-def preflight_slurm(cluster: Any) -> None:
-    """``sbatch --test-only`` on the worker job script: SLURM's refusal before anything starts."""
-    if not shutil.which("sbatch"):
+def _output(argv: list[str]) -> str:
+    try:
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=5, check=False
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def _preflight(backend: str, argv: list[str], cluster: Any) -> None:
+    """``argv`` + the worker job script's path: the batch system's refusal, before any job."""
+    if not shutil.which(argv[0]):
         raise StudyError(
-            "cluster.backend", "the 'slurm' backend needs SLURM's sbatch on PATH (not found)"
+            "cluster.backend", f"the {backend!r} backend needs {argv[0]} on PATH (not found)"
         )
     with tempfile.NamedTemporaryFile("w", suffix=".sh", prefix="detol-job-") as script:
         script.write(cluster.job_script())
         script.flush()
         try:
             proc = subprocess.run(
-                ["sbatch", "--test-only", script.name],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
+                [*argv, script.name], capture_output=True, text=True, timeout=60, check=False
             )
         except subprocess.TimeoutExpired:
             return  # a slow controller is not a refusal; the run's own watch takes over
     if proc.returncode != 0:
-        raise _submit_error("slurm", "sbatch", proc.stderr or proc.stdout)
+        raise _submit_error(backend, argv[0], proc.stderr or proc.stdout)
+
+
+def preflight_slurm(cluster: Any) -> None:
+    """``sbatch --test-only`` on the worker job script: SLURM's refusal before anything starts."""
+    _preflight("slurm", ["sbatch", "--test-only"], cluster)
+
+
+def preflight_sge(cluster: Any) -> None:
+    """``qsub -w v`` (verify against an empty cluster, submit nothing) on the worker job script:
+    Grid Engine's refusal (unknown queue, parallel environment or resource; more slots than
+    any queue offers) before anything starts."""
+    _preflight("sge", ["qsub", "-w", "v"], cluster)
+
+
+# backend -> its check of the worker job script, run before any worker is asked for
+PREFLIGHTS: dict[str, Callable[[Any], None]] = {
+    "slurm": preflight_slurm,
+    "sge": preflight_sge,
+}

@@ -11,7 +11,9 @@ is RUNNING in the storage at once, so the next driver to take the lock counts it
 The lock: a file lock (``fcntl.flock``) beside a journal or SQLite file, so drivers on one machine
 (or on hosts that share the file over a file system with working locks); PostgreSQL's
 ``pg_advisory_lock`` for a PostgreSQL storage. Other databases: no lock (a rare overshoot of a
-trial or two when two drivers ask at the same instant).
+trial or two when two drivers ask at the same instant). Taking the PostgreSQL lock while the
+server is away waits for it, as every storage call does (``DETOL_STORAGE_RETRY_S``); a server
+that restarts while a driver holds the lock ends the lock's session, and with it the lock.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ import contextlib
 import fcntl
 import zlib
 from collections.abc import Iterator
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
 from search.pruners._promotion import RESUME_OF_ATTR
-from training.contract import storage_file
+from training.contract import retrying_call, storage_file, transient_error
 
 _LIVE = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
 
@@ -57,9 +60,27 @@ def budget_lock(study: optuna.Study, url: str) -> Iterator[None]:
     key = zlib.crc32(f"detol-budget:{study.study_name}".encode()) - 2**31
     from sqlalchemy import text
 
-    with engine.connect() as conn:
-        conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
+    def take() -> Any:  # a session lock, held by this connection until unlocked or closed
+        conn = engine.connect()
         try:
-            yield
-        finally:
+            conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
+        except BaseException:
+            with contextlib.suppress(Exception):
+                conn.close()
+            raise
+        return conn
+
+    # A server that is away (a restart, a failover) is waited for, as every storage call is.
+    conn = retrying_call(study._storage, "the budget lock", take)  # noqa: SLF001
+    try:
+        yield
+    finally:
+        try:
             conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+        except Exception as exc:
+            if not transient_error(exc):
+                raise
+            # The connection died (the server restarted): its session's lock died with it.
+        finally:
+            with contextlib.suppress(Exception):
+                conn.close()

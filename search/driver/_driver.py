@@ -42,6 +42,7 @@ from search.driver._outcomes import (
     record_genome,
     result_values,
 )
+from search.driver._resize import SEGMENTS_ATTR, WIDTH_ATTR, WidenOnPromotion, segments_after
 from search.driver._segments import continue_curve, next_start
 from search.driver._study import (
     DRIVER_ATTR,
@@ -115,6 +116,11 @@ class Driver:
         built = build_pruner(self.pruner)
         # A pruner that pauses (search.pruners._promotion) also says which paused trials to resume.
         self.promoter: Any = built if getattr(built, "pauses", False) else None
+        # How wide a promoted trial's next segment runs (search.driver._resize); None: as asked.
+        self.resize = (WidenOnPromotion(**sf.resize.to_json())
+                       if sf.resize is not None and self.promoter is not None else None)
+        if self.resize is not None:  # a promoted trial pauses to be widened (its rank 0 asks)
+            self.pruner["kwargs"]["widen_until"] = self.resize.max_ranks
         self.checkpoints = None
         if sf.checkpointing:
             # Fixed when the study first checkpointed, read back from the study (any host,
@@ -176,6 +182,10 @@ class Driver:
                 record_genome(trial, genome)
             if resume is not None:
                 continue_curve(self.study, trial, resume, len(self.sf.objectives) > 1)
+                if self.resize is not None and WIDTH_ATTR in attrs:  # the policy's width
+                    config = config.model_validate(
+                        {**config.model_dump(), "ranks": int(attrs[WIDTH_ATTR])})
+            trial.set_user_attr(WIDTH_ATTR, config.ranks)  # this segment's width, recorded
         except Exception as exc:  # a sampler or space problem fails this trial, not the study
             self._fail(trial, counts, {"exit_reason": f"could not build the trial: {exc}"})
             return None
@@ -317,6 +327,11 @@ class Driver:
             for key, value in own.items():
                 total = run.carried.get(key, 0.0) + float(value or 0.0)
                 trial.set_user_attr(key, int(total) if key == LINEAGE_EPOCHS_ATTR else total)
+            if self.resize is not None:  # each width change a recorded segment
+                trial.set_user_attr(SEGMENTS_ATTR, segments_after(
+                    trial.user_attrs.get(SEGMENTS_ATTR), trial.number,
+                    int(result.get("ranks") or run.ranks), int(result["epochs_run"]),
+                    float(result.get("rank_seconds") or 0.0)))
         state = result.get("state")
         values = result_values(result, self.sf.objectives)
         if state in ("complete", "pruned", "paused") and run.continuation:
@@ -399,7 +414,7 @@ class Driver:
             # runs too): promotions first, they are not new configurations.
             configurations = sum(not r.continuation for r in running.values())
             spent = counts.finished + configurations + untold >= trials
-            start = next_start(self.study, self.promoter, budget_spent=spent)
+            start = next_start(self.study, self.promoter, budget_spent=spent, resize=self.resize)
             if start is None:
                 break
             counts.promoted += start == "continuation"

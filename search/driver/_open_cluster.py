@@ -26,7 +26,7 @@ from search.clusters._base import (
 from search.clusters._plans import BACKENDS, plan_cluster
 from search.clusters._watch import (
     ClusterHandle,
-    preflight_slurm,
+    PREFLIGHTS,
     recording_job_class,
 )
 from training.launch import LauncherNotFound, launcher_argv
@@ -122,17 +122,19 @@ def check_cluster(
     study_name: str | None = None,
 ) -> None:
     """What :func:`open_cluster` checks before the first trial, starting no worker: the plan,
-    the launcher (local), the scheduler and its workers (address), and SLURM's verdict on the
-    job script (``sbatch --test-only``). Kubernetes and cloud plans are only built."""
+    the launcher (local), the scheduler and its workers (address), and the batch system's
+    verdict on the job script (SLURM: ``sbatch --test-only``, Grid Engine: ``qsub -w v``; see
+    ``PREFLIGHTS``). PBS, Kubernetes and cloud plans are only built."""
     if cluster.backend == "address":
         connected = _connect(cluster, max_ranks, launcher)
         next(connected)  # connected, workers checked
         connected.close()  # disconnects
         return
     plan = _checked_plan(cluster, concurrency, max_ranks, launcher, study_name)
-    if plan.backend == "slurm":
+    preflight = PREFLIGHTS.get(plan.backend)
+    if preflight is not None:
         with plan.cluster_class()(**plan.kwargs) as dask_cluster:  # a scheduler, no job
-            preflight_slurm(dask_cluster)
+            preflight(dask_cluster)
     elif plan.job_queue:
         plan.cluster_class()  # the package is there
 
@@ -164,12 +166,11 @@ def open_cluster(
     if plan.job_queue:
         base: Any = plan.cluster_class()
         extra["job_cls"] = recording_job_class(base.job_cls, errors)
-    # The in-process scheduler (local, slurm, pbs) reads these when it first sees a trial task.
+    # The in-process scheduler (local, slurm, sge, pbs) reads these when it first sees a trial
+    # task.
     with (
         dask.config.set({"distributed.scheduler.default-task-durations": durations}),
-        plan.start(
-            preflight=preflight_slurm if plan.backend == "slurm" else None, **extra
-        ) as dask_cluster,
+        plan.start(preflight=PREFLIGHTS.get(plan.backend), **extra) as dask_cluster,
         Client(dask_cluster) as client,
     ):
         yield ClusterHandle(client, plan.backend, worker_timeout, dask_cluster, errors)

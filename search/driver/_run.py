@@ -32,6 +32,7 @@ from search.driver._study import (
     check_same_study,
     finished_configurations,
     open_study,
+    recorded_strategy,
     recover_orphans,
 )
 from search.driver._warm_start import Source, load_sources
@@ -41,6 +42,7 @@ from search.studyfile._study_file import StudyFile, load_study_file
 from training.contract import (
     PluginError,
     check_dataset_loads,
+    check_own_loop,
     check_plugins,
     redact,
     storage_file,
@@ -103,6 +105,11 @@ def plan_run(study_file: Path, *, storage: str | None, trials: int | None,
     # A model, loss or metrics plug-in (or regression) is built and run once on real data; a
     # user dataset alone is only imported, as before: loading it may be slow or have effects.
     own = {k for k in sf.training.plugins if k != "training.dataset"}
+    if sf.own_loop is not None:  # imported in a fresh Python with [launcher] env, not here
+        try:
+            check_own_loop(sf.own_loop, sf.launcher.env)
+        except PluginError as exc:
+            raise StudyError(exc.key, exc.message) from None
     if sf.objective is None and (own or sf.training.task != "classification"):
         check_trial_plugins(sf)  # in a fresh Python with [launcher] env, on any cluster
     elif sf.objective is None and plan.cluster.backend == "local":
@@ -274,8 +281,19 @@ def _header(plan: Plan) -> str:
                  "every epoch" if sf.checkpoints.every == 1 else "on pauses")
         pruner += f"; checkpoints {every}"
     return (f"study [bold]{escape(sf.name)}[/] in {escape(redact(plan.url))}: {todo}, "
-            f"{plan.concurrency} at a time, {escape(what_a_trial_is(sf))}; {sf.strategy.name}, "
+            f"{plan.concurrency} at a time, {escape(what_a_trial_is(sf))}; {_strategy(plan)}, "
             f"{pruner}")
+
+
+def _strategy(plan: Plan) -> str:
+    """The strategy's name; for ``auto``, what it runs: ``auto (predictor)``."""
+    from search.strategies._registry import AUTO, resolve
+
+    name = plan.sf.strategy.name
+    if name != AUTO:
+        return name
+    recorded = None if plan.existing is None else recorded_strategy(plan.existing)
+    return f"{AUTO} ({resolve(name, plan.sf.search_space, plan.sf.directions, recorded)})"
 
 
 class Display:

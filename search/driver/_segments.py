@@ -8,6 +8,7 @@ from typing import Any, Literal
 import optuna
 from optuna.trial import TrialState
 
+from search.driver._resize import WidenOnPromotion, next_width
 from search.driver._study import RESUME_FROM_ATTR
 from search.pruners._promotion import LINEAGE_ATTR, LINEAGE_TOTALS, RESUME_OF_ATTR, lineage
 from search.storage._checkpoint_store import artifact_directory, beside_storage
@@ -18,11 +19,13 @@ __all__ = ["artifact_directory", "beside_storage", "continue_curve", "next_start
 
 
 def queue_promotion(
-    study: optuna.Study, promoter: Any, *, finishing: bool = False
+    study: optuna.Study, promoter: Any, *, finishing: bool = False,
+    resize: WidenOnPromotion | None = None,
 ) -> Literal["queued", "waiting"] | None:
     """Enqueue the best promotable paused trial as a continuation ("queued"); "waiting" when
     a continuation is queued already (by a retry, or a driver that stopped); None when
-    nothing can be promoted. ``finishing``: no new configuration will start."""
+    nothing can be promoted. ``finishing``: no new configuration will start. ``resize``: the
+    width policy (search.driver._resize); the continuation is queued with its width."""
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     if any(RESUME_OF_ATTR in t.user_attrs for t in waiting):
         return "waiting"
@@ -38,6 +41,7 @@ def queue_promotion(
                 RESUME_FROM_ATTR: {"id": checkpoint["id"], "epoch": int(checkpoint["epoch"]),
                                    "trial": parent.number},
                 **{k: parent.user_attrs[k] for k in LINEAGE_TOTALS if k in parent.user_attrs},
+                **next_width(resize, parent),
             },
             skip_if_exists=False,
         )
@@ -48,7 +52,8 @@ def queue_promotion(
 Start = Literal["continuation", "waiting", "configuration"]
 
 
-def next_start(study: optuna.Study, promoter: Any, *, budget_spent: bool) -> Start | None:
+def next_start(study: optuna.Study, promoter: Any, *, budget_spent: bool,
+               resize: WidenOnPromotion | None = None) -> Start | None:
     """What a free worker starts next: the rule of pause-and-promote, shared by the driver
     (search.driver._driver) and the replay of recorded curves (search.pruners._replay).
 
@@ -57,15 +62,16 @@ def next_start(study: optuna.Study, promoter: Any, *, budget_spent: bool) -> Sta
     Else "configuration" while the budget of new configurations is not spent. Once it is
     (``budget_spent``: every configuration started or told), no rung grows any more, so each
     rung's best is promoted (``finishing``) until none is left; then None: nothing to start.
-    ``promoter`` None (a pruner that does not pause): configurations only."""
+    ``promoter`` None (a pruner that does not pause): configurations only. ``resize``: how
+    wide a continuation runs (search.driver._resize), decided here for driver and replay."""
     if promoter is not None:
-        queued = queue_promotion(study, promoter)
+        queued = queue_promotion(study, promoter, resize=resize)
         if queued is not None:
             return "continuation" if queued == "queued" else "waiting"
     if not budget_spent:
         return "configuration"
     if promoter is not None:
-        queued = queue_promotion(study, promoter, finishing=True)
+        queued = queue_promotion(study, promoter, finishing=True, resize=resize)
         if queued is not None:
             return "continuation" if queued == "queued" else "waiting"
     return None

@@ -14,6 +14,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from search._errors import StudyError
 from search.driver import _warm_start as warm_start
+from search.driver._resize import SEGMENTS_ATTR, WIDTH_ATTR
 from search.pruners._promotion import (
     LINEAGE_ATTR,
     LINEAGE_EPOCHS_ATTR,
@@ -21,7 +22,7 @@ from search.pruners._promotion import (
     RESUME_OF_ATTR,
 )
 from search.storage._checkpoint_store import check_store, fix_store
-from search.strategies._registry import build_sampler, pruner_spec
+from search.strategies._registry import build_sampler, pruner_spec, resolve
 from search.studyfile._study_file import StudyFile
 from training.contract import CHECKPOINT_ATTR, FREE_ON_RESTORE, USED_BY, TrainConfig
 
@@ -45,6 +46,7 @@ def driver_beat_key(owner: str) -> str:
     return f"{HEARTBEAT_ATTR}:{owner}"
 
 
+STRATEGY_ATTR = "detol:strategy"  # the strategy the study runs (what `auto` chose), by name
 STUDY_ATTR = "detol:study"  # the validated study file the study was made with (its latest form)
 CHANGES_ATTR = "detol:study_changes"  # the accepted changes, one entry per run that made some
 
@@ -53,9 +55,12 @@ CHANGES_ATTR = "detol:study_changes"  # the accepted changes, one entry per run 
 # and said. Anything else (objective, metric, direction, [training], [space]) changes what a
 # trial's value means: refused. The [training] settings that may change are exactly those a
 # checkpoint restores across (training._artifacts.FREE_ON_RESTORE, less ``epochs``, which
-# changes what a trial's value means): a paused trial stays promotable whatever changes here.
+# changes what a trial's value means, and ``ranks``, which changes asgd's, localsgd's and
+# simuparallel's results: a width the trial's checkpoints restore across (training._reshard),
+# but for the study a setting of what is trained; ``[resize]`` changes widths per segment):
+# a paused trial stays promotable whatever changes here.
 _HOW_TO_RUN = ("name", "storage", "budget.", "cluster.", "launcher.", "checkpoints.",
-               *(f"training.{k}" for k in FREE_ON_RESTORE if k != "epochs"))
+               *(f"training.{k}" for k in FREE_ON_RESTORE if k not in ("epochs", "ranks")))
 _DECIDERS = ("strategy.", "pruner.")
 
 
@@ -126,6 +131,19 @@ def check_same_study(study: optuna.Study, sf: StudyFile, where: str) -> list[str
     return [f"{k} changed from {_show(a)} to {_show(b)}" for k, a, b in changes]
 
 
+def recorded_strategy(study: optuna.Study) -> str | None:
+    """The strategy a study ran: recorded by name, or, for a study made before detol recorded
+    it, its stored study file's ``strategy.name``; None for a study made by plain Optuna."""
+    name = study.user_attrs.get(STRATEGY_ATTR)
+    if isinstance(name, str):
+        return name
+    stored = study.user_attrs.get(STUDY_ATTR)
+    if isinstance(stored, dict) and isinstance(stored.get("strategy"), dict):
+        old = stored["strategy"].get("name")
+        return old if isinstance(old, str) else None
+    return None
+
+
 def _stored_form(sf: StudyFile) -> dict[str, Any]:
     return json.loads(sf.model_dump_json()) | {"storage": None}
 
@@ -169,9 +187,10 @@ def open_study(
     seed = sf.strategy.seed
     if seed is not None and existing is not None:
         seed += len(existing.get_trials(deepcopy=False))
-    sampler = build_sampler(
-        sf.strategy.name, sf.strategy.model_dump(), seed, sf.search_space, sf.directions
-    )
+    # `auto` runs the strategy the study recorded when it was made (a resume never switches).
+    name = resolve(sf.strategy.name, sf.search_space, sf.directions,
+                   recorded_strategy(existing) if existing is not None else None)
+    sampler = build_sampler(name, sf.strategy.model_dump(), seed, sf.search_space, sf.directions)
     pruner = pruner_spec(sf.pruner.name, sf.pruner.spec_options(sf.training.epochs)).build()
     study = optuna.create_study(
         study_name=sf.name,
@@ -181,6 +200,8 @@ def open_study(
         directions=directions,
         load_if_exists=True,
     )
+    if study.user_attrs.get(STRATEGY_ATTR) != name:
+        study.set_user_attr(STRATEGY_ATTR, name)
     if existing is None:
         study.set_metric_names(sf.objectives)
         study.set_user_attr(STUDY_ATTR, _stored_form(sf))
@@ -216,6 +237,8 @@ def requeue(
                LINEAGE_ATTR: lineage_of(trial.number, attrs)}
     if RESUME_OF_ATTR in attrs:  # a promoted continuation stays one
         carried[RESUME_OF_ATTR] = attrs[RESUME_OF_ATTR]
+    # ... at the width it was given, with the lineage's segments before it (search.driver._resize)
+    carried.update({k: attrs[k] for k in (WIDTH_ATTR, SEGMENTS_ATTR) if k in attrs})
     resume = resume_point(trial.number, attrs)
     if resume is not None:
         carried[RESUME_FROM_ATTR] = resume

@@ -39,6 +39,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 PAUSED_ATTR = "detol:paused_at"  # the epoch at which a (PRUNED) trial paused
 RESUME_OF_ATTR = "detol:resume_of"  # the number of the paused trial this one continues
+WIDTH_ATTR = "detol:ranks"  # the ranks a segment runs on (search.driver._resize)
 LINEAGE_ATTR = "detol:lineage"  # the number of the lineage's first trial
 # The work of a whole lineage up to and including a trial (earlier segments + its own): what
 # `search best`, the report and the export show for a promoted trial, carried from a paused
@@ -87,6 +88,7 @@ class PromotingHalving(optuna.pruners.BasePruner):
         min_early_stopping_rate: int = 0,
         brackets: int = 1,
         max_resource: int | None = None,
+        widen_until: int = 0,
     ) -> None:
         if min_resource < 1 or reduction_factor < 2 or min_early_stopping_rate < 0:
             raise ValueError(
@@ -97,6 +99,9 @@ class PromotingHalving(optuna.pruners.BasePruner):
         self.rate = min_early_stopping_rate
         self.brackets = max(1, brackets)
         self.max_resource = max_resource
+        # [resize]: a trial that passes a rung narrower than this pauses anyway, to be promoted
+        # at once onto a wider job (search.driver._resize); 0: it trains on where it is.
+        self.widen_until = widen_until
 
     # --- rungs --------------------------------------------------------------------------
     def bracket(self, configuration: int) -> int:
@@ -166,7 +171,10 @@ class PromotingHalving(optuna.pruners.BasePruner):
             return False
         values = self._rung_values(trials, epoch, bracket, configurations)
         values[n] = trial.intermediate_values[epoch]  # this very report, however it is stored
-        return n not in self._top(values, study.direction)
+        if n not in self._top(values, study.direction):
+            return True
+        # Promoted: a trial that is to run wider pauses now and continues on its new width.
+        return int(trial.user_attrs.get(WIDTH_ATTR, self.widen_until)) < self.widen_until
 
     def promotable(self, study: optuna.Study, *, finishing: bool = False) -> list[FrozenTrial]:
         """Paused trials whose configuration is now in its rung's top ``1/eta`` and not yet
@@ -179,9 +187,8 @@ class PromotingHalving(optuna.pruners.BasePruner):
         trials = study.get_trials(deepcopy=False)
         continued = continued_parents(trials)
         configurations = configuration_numbers(trials) if self.brackets > 1 else {}
-        out: list[tuple[int, float, FrozenTrial]] = []
-        tops: dict[tuple[int, int], set[int]] = {}
         sign = -1.0 if study.direction == StudyDirection.MAXIMIZE else 1.0
+        candidates: list[tuple[FrozenTrial, int, int, tuple[int, int]]] = []
         for t in trials:
             if t.state != TrialState.PRUNED or PAUSED_ATTR not in t.user_attrs:
                 continue
@@ -189,14 +196,27 @@ class PromotingHalving(optuna.pruners.BasePruner):
                 continue
             epoch = int(t.user_attrs[PAUSED_ATTR])
             n = lineage(t)
-            key = (epoch, self._bracket_of(n, configurations))
-            if key not in tops:
-                tops[key] = self._top(
-                    self._rung_values(trials, epoch, key[1], configurations), study.direction,
-                    at_least_one=finishing,
-                )
-            if n in tops[key]:
-                out.append((-epoch, sign * t.intermediate_values[epoch], t))
+            candidates.append((t, epoch, n, (epoch, self._bracket_of(n, configurations))))
+        # Every rung the candidates paused at, read in one pass over the trials (the driver asks
+        # this whenever a worker is free: one pass, not one per rung).
+        values: dict[tuple[int, int], dict[int, float]] = {c[3]: {} for c in candidates}
+        rungs: dict[int, list[int]] = {}
+        for epoch, bracket in values:
+            rungs.setdefault(bracket, []).append(epoch)
+        for t in trials if values else ():
+            if t.state not in COUNTED or not t.intermediate_values:
+                continue
+            n = lineage(t)
+            bracket = self._bracket_of(n, configurations)
+            for epoch in rungs.get(bracket, ()):
+                value = t.intermediate_values.get(epoch)
+                if value is not None and math.isfinite(value):
+                    values[(epoch, bracket)].setdefault(n, value)
+        tops = {key: self._top(v, study.direction, at_least_one=finishing)
+                for key, v in values.items()}
+        out: list[tuple[int, float, FrozenTrial]] = [
+            (-epoch, sign * t.intermediate_values[epoch], t)
+            for t, epoch, n, key in candidates if n in tops[key]]
         out.sort(key=lambda item: (item[0], item[1], item[2].number))
         return [t for _, _, t in out]
 

@@ -17,6 +17,12 @@ has started (the driver's rule with every trial told before the next starts, as 
 clock). Time is a :class:`search.simulated._clock.SimClock`. A curve shorter than ``epochs`` is a
 run that diverged: it fails after its last.
 
+Widths (issue 31): with ``resize`` (search.driver._resize.WidenOnPromotion) a continuation is
+queued with the policy's width, by the driver's own ``next_start``; ``concurrency`` then counts
+*slots* (ranks), a configuration starts on one, and an epoch on ``w`` ranks takes its recorded
+time times ``epoch_time(w)`` (a throughput model: 1 at w = 1). A continuation that does not fit
+the free slots waits for them, and no new configuration starts ahead of it (promotions first).
+
 >>> curves = [[0.1 * i, 0.1 * i + 0.05] for i in range(1, 7)]
 >>> run = replay(curves, optuna.pruners.NopPruner(), concurrency=2, order=range(6))
 >>> run.epochs, run.incumbent, round(run.regret, 6)
@@ -30,11 +36,13 @@ import itertools
 import math
 from collections import deque
 from collections.abc import Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import optuna
 from optuna.trial import TrialState
 
+from search.driver._resize import WIDTH_ATTR, WidenOnPromotion
 from search.driver._segments import continue_curve, next_start
 from search.driver._study import RESUME_FROM_ATTR
 from search.pruners._promotion import PAUSED_ATTR
@@ -59,6 +67,10 @@ class ReplayRun:
     failed: int = 0
     # (configuration, first epoch, last epoch) that each trial trained, in the order they ended
     segments: list[tuple[int, int, int]] = field(default_factory=list)
+    # (time, value, configuration) of each trial that completed, in the order they did
+    completions: list[tuple[float, float, int]] = field(default_factory=list)
+    rank_time: float = 0.0  # simulated slot-time spent training (width x epoch time)
+    widths: list[int] = field(default_factory=list)  # each trial's width, in the order it ended
     study: optuna.Study | None = field(default=None, repr=False)
 
 
@@ -93,6 +105,9 @@ class _Replay:
         epochs: int,
         durations: Sequence[Sequence[float]] | None,
         study_name: str,
+        resize: WidenOnPromotion | None = None,
+        epoch_time: Callable[[int], float] | None = None,
+        restart: float = 0.0,
     ) -> None:
         self.curves = curves
         self.epochs = epochs
@@ -117,6 +132,14 @@ class _Replay:
         self.counts = {"complete": 0, "stopped": 0, "paused": 0, "promotions": 0, "failed": 0}
         self.first: dict[int, int] = {}  # trial number -> the first epoch it trains
         self.segments: list[tuple[int, int, int]] = []
+        self.resize = resize
+        self.restart = restart  # a continuation's start: launch + checkpoint save and restore
+        self.epoch_time = epoch_time or (lambda w: 1.0)
+        self.width: dict[int, int] = {}  # trial number -> the ranks it runs on
+        self.used = 0  # slots taken (with resize; else running trials)
+        self.completions: list[tuple[float, float, int]] = []
+        self.rank_time = 0.0
+        self.widths: list[int] = []
 
     @property
     def now(self) -> float:
@@ -125,8 +148,11 @@ class _Replay:
     def _duration(self, config: int, epoch: int) -> float:
         return 1.0 if self.durations is None else float(self.durations[config][epoch - 1])
 
-    def _schedule(self, trial: optuna.Trial, config: int, epoch: int) -> None:
-        end = self.now + self._duration(config, epoch)
+    def _schedule(self, trial: optuna.Trial, config: int, epoch: int, extra: float = 0.0) -> None:
+        width = self.width[trial.number]
+        took = self._duration(config, epoch) * self.epoch_time(width) + extra
+        self.rank_time += width * took
+        end = self.now + took
         heapq.heappush(self.heap, (end, next(self.seq), trial, config, epoch))
 
     def _start(self, config: int | None) -> None:
@@ -142,24 +168,43 @@ class _Replay:
             continue_curve(self.study, trial, resume, multi_objective=False)
             first = int(resume["epoch"]) + 1
         self.first[trial.number] = first
+        width = min(int(trial.user_attrs.get(WIDTH_ATTR, 1)), self.concurrency) \
+            if self.resize is not None else 1
+        trial.set_user_attr(WIDTH_ATTR, width)
+        self.width[trial.number] = width
+        self.used += width
         self.running += 1
-        self._schedule(trial, config, first)
+        self._schedule(trial, config, first, self.restart if first > 1 else 0.0)
 
     def _fill(self) -> None:
         """Free workers: what the driver starts (search.driver._segments.next_start)."""
-        while self.running < self.concurrency:
-            start = next_start(self.study, self.promoter, budget_spent=not self.queue)
+        while self.used < self.concurrency:
+            start = next_start(self.study, self.promoter, budget_spent=not self.queue,
+                               resize=self.resize)
             if start is None:
                 return
+            if start != "configuration" and self._queued_width() > self.concurrency - self.used:
+                return  # the promotion waits for its slots; nothing starts ahead of it
             if start == "configuration":
                 self._start(self.queue.popleft())
             else:
                 self.counts["promotions"] += start == "continuation"
                 self._start(None)
 
+    def _queued_width(self) -> int:
+        """The width of the continuation the next ``ask`` takes (the oldest waiting trial)."""
+        if self.resize is None:
+            return 1
+        waiting = self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        return min(int(waiting[0].user_attrs.get(WIDTH_ATTR, 1)), self.concurrency) \
+            if waiting else 1
+
     def _end(self, trial: optuna.Trial, config: int, epoch: int, outcome: str) -> None:
         self.counts[outcome] += 1
         self.segments.append((config, self.first.pop(trial.number), epoch))
+        width = self.width.pop(trial.number)
+        self.widths.append(width)
+        self.used -= width
         self.running -= 1
 
     def _epoch_end(self, trial: optuna.Trial, config: int, epoch: int) -> None:
@@ -176,6 +221,7 @@ class _Replay:
         decision = trial.should_prune()  # asked every epoch, the last too, as the reporter does
         if epoch == self.epochs:
             self.study.tell(trial, value)
+            self.completions.append((self.now, value, config))
             self._end(trial, config, epoch, "complete")
         elif not decision:
             self._schedule(trial, config, epoch + 1)
@@ -207,6 +253,9 @@ class _Replay:
             incumbent=incumbent,
             regret=regret,
             segments=self.segments,
+            completions=self.completions,
+            rank_time=self.rank_time,
+            widths=self.widths,
             study=self.study,
             **self.counts,
         )
@@ -221,11 +270,17 @@ def replay(
     epochs: int | None = None,
     durations: Sequence[Sequence[float]] | None = None,
     study_name: str = "replay",
+    resize: WidenOnPromotion | None = None,
+    epoch_time: Callable[[int], float] | None = None,
+    restart: float = 0.0,
 ) -> ReplayRun:
     """Replay ``pruner`` (a fresh instance: pruners may keep state) on ``curves`` (per
     configuration, its value after each epoch, higher is better), the configurations starting
     in ``order``, ``concurrency`` at a time. ``epochs``: the full budget (default: the longest
-    curve). ``durations``: seconds per configuration and epoch (default: 1 per epoch)."""
+    curve). ``durations``: seconds per configuration and epoch (default: 1 per epoch).
+    ``resize``: the width policy (``concurrency`` then counts slots); ``epoch_time(w)``: an
+    epoch's time on ``w`` ranks relative to one (default: 1, no speed-up); ``restart``: the time
+    a continuation spends before its first epoch (a new job restoring its checkpoint)."""
     curves = [list(c) for c in curves]
     full = epochs if epochs is not None else max((len(c) for c in curves), default=0)
     _check(curves, full, concurrency)
@@ -237,4 +292,7 @@ def replay(
         epochs=full,
         durations=durations,
         study_name=study_name,
+        resize=resize,
+        epoch_time=epoch_time,
+        restart=restart,
     ).run()

@@ -1,5 +1,5 @@
-"""Objectives answered without training: the NAS-Bench-201 table, the synthetic workload, and the
-simulated clock the driver advances.
+"""Objectives answered without training: the NAS-Bench-201 table, the flat HPOLib and HPOBench-nn
+tables, the synthetic workload, and the simulated clock the driver advances.
 May import optuna, dask, numpy, ``spaces`` and ``search._errors``; no other folder of
 ``search``.
 """

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from search.simulated._order_stats import expected_best
 from spaces import NB201_OPS, CellFamily, CellGenome
 
 DATASETS = ("cifar10", "cifar100", "imagenet16-120")
@@ -207,7 +208,4 @@ def random_search_expectation(dataset: str, n: int, *, noisy: bool = False) -> f
         weight = (1.0 / (cells * np.broadcast_to(t.seeds[:, None], t.accuracy.shape)))[present]
     else:
         observed, score, weight = t.mean, t.mean, np.full(cells, 1.0 / cells)
-    order = np.argsort(observed, kind="stable")
-    cdf = np.minimum(np.cumsum(weight[order]), 1.0)
-    p_max = cdf**n - np.concatenate(([0.0], cdf[:-1])) ** n  # P(this outcome is the best)
-    return float(np.sum(p_max * score[order]))
+    return expected_best(observed, score, weight, n, maximize=True)

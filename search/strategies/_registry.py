@@ -11,6 +11,7 @@ import optuna
 import spaces
 from search._errors import StudyError
 from search.pruners._promotion import hyperband_brackets
+from search.strategies._auto import AUTO, choose
 from search.strategies._evolution import EvolutionSampler
 from search.strategies._gp import WindowedGPSampler
 from search.strategies._nsga2 import GenomeChildGeneration, GenomeNSGAIISampler
@@ -173,7 +174,27 @@ def _predictor(
     )
 
 
+def resolve(name: str, space: spaces.Space, directions: list[str],
+            recorded: str | None = None) -> str:
+    """The strategy a study runs: ``name`` itself, or for ``auto`` the one the study recorded
+    when it was made (``recorded``: a resumed study keeps its strategy, also if a later detol
+    would choose another), else :func:`choose`'s."""
+    if name != AUTO:
+        return name
+    if recorded is not None and recorded != AUTO and recorded in STRATEGIES:
+        return recorded
+    return choose(space, directions)
+
+
+def _auto(
+    options: dict[str, Any], seed: int | None, space: spaces.Space, directions: list[str]
+) -> optuna.samplers.BaseSampler:
+    name = choose(space, directions)
+    return STRATEGIES[name](dict(STRATEGY_OPTIONS[name]), seed, space, directions)
+
+
 STRATEGIES = {
+    "auto": _auto,
     "random": _random,
     "tpe": _tpe,
     "gp": _gp,
@@ -184,6 +205,7 @@ STRATEGIES = {
 }
 # The study-file options each strategy reads, with its defaults (tuned on NAS-Bench-201).
 STRATEGY_OPTIONS: dict[str, dict[str, Any]] = {
+    "auto": {},  # the chosen strategy's defaults; name it to set its options
     "random": {},
     "tpe": {"startup_trials": 10, "ei_candidates": 100, "constant_liar": False, "window": 1000},
     "gp": {"startup_trials": 10, "window": 200},

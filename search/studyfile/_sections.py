@@ -67,8 +67,8 @@ class WarmSource(_Strict):
     """An earlier study a warm start reads (never writes): by name, in this study's storage or in
     another one (``storage``: a journal file, ``sqlite:///``, ``postgresql://`` ...)."""
 
-    study: str
-    storage: str | None = None
+    study: str = Field(description="name of the earlier study to read")
+    storage: str | None = Field(None, description="its storage (left out: this study's own)")
 
     @field_validator("study")
     @classmethod
@@ -130,8 +130,10 @@ class Strategy(_Strict):
     """The sampler. Each strategy reads only its own options (left out: its tuned default, see
     ``STRATEGY_OPTIONS``); any other key is an error."""
 
-    name: Annotated[str, _one_of(STRATEGIES, "strategy")] = "tpe"
-    seed: int | None = None
+    name: Annotated[str, _one_of(STRATEGIES, "strategy")] = Field(
+        "tpe", description="the sampler (reference: strategies and pruners)"
+    )
+    seed: int | None = Field(None, description="the sampler's seed (left out: a random one)")
     startup_trials: int | None = Field(
         None, ge=0, description="tpe/gp/predictor: random trials first"
     )
@@ -219,7 +221,9 @@ class Strategy(_Strict):
 class Pruner(_Strict):
     """Early stopping. Each pruner reads only its own options; any other key is an error."""
 
-    name: Annotated[str, _one_of(PRUNERS, "pruner")] = "median"
+    name: Annotated[str, _one_of(PRUNERS, "pruner")] = Field(
+        "median", description="early stopping rule; none: every trial trains all its epochs"
+    )
     startup_trials: int = Field(5, ge=0, description="trials that finish before any is pruned")
     warmup_epochs: int = Field(1, ge=0, description="epochs of each trial before it can be pruned")
     percentile: float = Field(
@@ -303,7 +307,9 @@ class Checkpoints(_Strict):
 
 class Launcher(_Strict):
     command: str = Field(DEFAULT_LAUNCHER, description="MPI launcher; {ranks} is replaced")
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(
+        default_factory=dict, description="environment variables for every rank (and plug-in checks)"
+    )
     warm: bool = Field(
         False, description="keep a warm pool of MPI ranks per Dask worker that runs many trials"
     )
@@ -322,41 +328,56 @@ class Cluster(_Strict):
     """Where trials run. Each backend reads only its own options (``clusters.BACKENDS``)."""
 
     backend: Annotated[str, _one_of(BACKENDS, "cluster backend")] = Field(
-        "local", description="local | address | slurm | pbs | kubernetes | cloud"
+        "local", description="local | address | slurm | sge | pbs | kubernetes | cloud"
     )
     address: str | None = Field(None, description="existing Dask scheduler, e.g. tcp://host:8786")
     workers: int | None = Field(None, ge=0, description="workers (jobs, pods, VMs) at start")
     slots_per_worker: int | None = Field(None, ge=1, description="MPI slots (ranks) per worker")
-    connect_timeout: float = Field(10.0, gt=0)
+    connect_timeout: float = Field(
+        10.0, gt=0, description="seconds to reach an existing scheduler before failing"
+    )
     worker_timeout: float = Field(
         DEFAULT_WORKER_TIMEOUT, gt=0, description="seconds trials may wait with no worker at all"
     )
     adapt: Adapt | None = Field(None, description="adaptive scaling between minimum and maximum")
     dashboard: bool | str = Field(False, description="true (127.0.0.1:8787) or an address")
     scheduler_host: str | None = Field(None, description="scheduler listens here (127.0.0.1)")
-    interface: str | None = Field(None, description="slurm/pbs: network interface, e.g. ib0")
-    queue: str | None = Field(None, description="slurm partition / pbs queue")
-    account: str | None = None
+    interface: str | None = Field(
+        None, description="slurm/sge/pbs: network interface, e.g. ib0"
+    )
+    queue: str | None = Field(None, description="slurm partition / sge or pbs queue")
+    account: str | None = Field(None, description="slurm/pbs account; sge project (-P)")
     walltime: str | None = Field(None, description="per job, e.g. 04:00:00")
     memory: str | None = Field(None, description="per job (per node), e.g. 16GB")
     cpus_per_slot: int = Field(1, ge=1, description="cores per MPI rank")
     nodes: int | None = Field(None, ge=1, description="nodes per job (multi-node MPI)")
-    job_extra_directives: list[str] = Field(default_factory=list)
-    job_script_prologue: list[str] = Field(default_factory=list)
+    job_extra_directives: list[str] = Field(
+        default_factory=list, description="extra #SBATCH / #PBS lines, e.g. --constraint=gpu"
+    )
+    job_script_prologue: list[str] = Field(
+        default_factory=list, description="shell lines run before the worker, e.g. module load"
+    )
     python: str | None = Field(None, description="python on the compute nodes")
-    log_directory: str | None = None
-    resource_spec: str | None = Field(None, description="pbs: -l select=... line (computed)")
+    log_directory: str | None = Field(None, description="where batch jobs write their logs")
+    resource_spec: str | None = Field(
+        None, description="pbs: -l select=... line (computed); sge: -l line, e.g. h_vmem=4G"
+    )
+    parallel_environment: str | None = Field(
+        None, description="sge: parallel environment of a job's MPI slots (default smp)"
+    )
     name: str = Field("detol", description="kubernetes: DaskCluster name")
     image: str | None = Field(None, description="kubernetes/cloud: container image")
-    namespace: str | None = None
+    namespace: str | None = Field(None, description="Kubernetes namespace of the worker pods")
     resources: dict[str, dict[str, str | int | float]] = Field(
         default_factory=dict, description="kubernetes: worker requests/limits"
     )
     env: dict[str, str] = Field(default_factory=dict, description="kubernetes/cloud: env vars")
     provider: str | None = Field(None, description="cloud: ec2 | gcp | azure")
-    instance_type: str | None = None
-    region: str | None = None
-    provider_options: dict[str, Any] = Field(default_factory=dict)
+    instance_type: str | None = Field(None, description="cloud VM type of each worker")
+    region: str | None = Field(None, description="cloud region")
+    provider_options: dict[str, Any] = Field(
+        default_factory=dict, description="passed to the dask-cloudprovider cluster as is"
+    )
 
     @model_validator(mode="before")
     @classmethod

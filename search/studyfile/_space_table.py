@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 import spaces
 from search._errors import StudyError, pydantic_message, quoted, words
-from training.contract import MIN_RANKS, SEARCHABLE, USED_BY, TrainConfig
+from training.contract import MIN_RANKS, SEARCHABLE, USED_BY, TrainConfig, prune_field
 
 Value = bool | int | float | str
 
@@ -44,23 +44,23 @@ class _Dim(BaseModel):
 
 class _Float(_Dim):
     type: Literal["float"]
-    low: float
-    high: float
-    log: bool = False
-    step: float | None = None
+    low: float = Field(description="smallest value")
+    high: float = Field(description="largest value")
+    log: bool = Field(False, description="sample on a log scale")
+    step: float | None = Field(None, description="grid step (left out: continuous)")
 
 
 class _Int(_Dim):
     type: Literal["int"]
-    low: int
-    high: int
-    log: bool = False
-    step: int = 1
+    low: int = Field(description="smallest value")
+    high: int = Field(description="largest value")
+    log: bool = Field(False, description="sample on a log scale")
+    step: int = Field(1, description="grid step")
 
 
 class _Categorical(_Dim):
     type: Literal["categorical"]
-    choices: list[Value] = Field(min_length=1)
+    choices: list[Value] = Field(min_length=1, description="the values to choose from")
 
 
 RawDimension = _Float | _Int | _Categorical
@@ -146,7 +146,7 @@ def _check_parameter(
                        "with a [training] model or loss plug-in, any other name goes to its "
                        "params)")
         ]
-    field = TrainConfig.model_fields[name]
+    field = TrainConfig.model_fields.get(name) or prune_field(name)
     if field.annotation is int and isinstance(raw, _Float):
         return [StudyError(where, f'{name} is an integer parameter; use type = "int"')]
     if training is None:
@@ -156,7 +156,8 @@ def _check_parameter(
             training.with_params({name: value})
         except ValidationError as exc:
             # Only this parameter's own errors: those of a combination are checked below.
-            own = [e for e in exc.errors() if tuple(e["loc"]) == (name,)]
+            own = [e for e in exc.errors()
+                   if tuple(e["loc"]) in ((name,), ("prune", name.removeprefix("prune_")))]
             if own:
                 msg = pydantic_message(own[0])
                 return [StudyError(where, f"value {value!r} is invalid for {name}: {msg}")]

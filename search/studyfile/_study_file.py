@@ -43,6 +43,7 @@ from search.studyfile._sections import (
     Strategy,
     _Strict,
 )
+from search.studyfile._resize_table import Resize, resize_problems
 from search.studyfile._space_table import (
     TYPES,
     Dimension,
@@ -52,18 +53,26 @@ from search.studyfile._space_table import (
     salvage,
     to_dimension,
 )
-from training.contract import METRICS, TrainConfig
+from training.contract import METRICS, TrainConfig, unprunable
 
 
 class StudyFile(_Strict):
-    name: str
+    name: str = Field(description="the study's name in the storage (letters, digits, - _ .)")
     # None: every trial trains [training] as an MPI job. "nb201:cifar10": a benchmark table
     # answers. "package.module:function": a Python function of the parameters, on a Dask worker.
     # "mpi:package.module:train": a training loop of the user's own, on [training] ranks.
-    objective: str | None = None
-    metric: str | list[str] = "val_accuracy"
-    direction: str | list[str] | None = None
-    storage: str | None = None
+    objective: str | None = Field(
+        None, description="none: train [training] on MPI; nb201:TABLE; module:function; mpi:module:train"
+    )
+    metric: str | list[str] = Field(
+        "val_accuracy", description="what the study optimises; a list: a multi-objective study"
+    )
+    direction: str | list[str] | None = Field(
+        None, description="maximize or minimize per metric (left out: inferred from the metric)"
+    )
+    storage: str | None = Field(
+        None, description="Optuna storage URL or journal path (left out: detol.journal here)"
+    )
     budget: Budget = Budget()
     strategy: Strategy = Strategy()
     pruner: Pruner = Pruner()
@@ -71,6 +80,9 @@ class StudyFile(_Strict):
     training: TrainConfig = TrainConfig()
     launcher: Launcher = Launcher()
     cluster: Cluster = Cluster()
+    resize: Resize | None = Field(
+        None, description="promoted trials train wider: factor, max_ranks (see Elastic ranks)"
+    )
     space: dict[str, Dimension] = Field(default_factory=dict)
     # [space.genome]: a topology family (family = "cell" | "macro" | "stack" and its options).
     space_genome: dict[str, Any] | None = Field(None, exclude=True)
@@ -230,6 +242,11 @@ class StudyFile(_Strict):
                     "checkpoints", "only trials that train ([training]) write checkpoints"
                 ))
         problems += self._warm_start_problems()
+        problems += resize_problems(self)
+        family = (self.space_genome or {}).get("family", "stack")
+        searched = any(k.startswith("prune_") for k in self.space)
+        if family != "stack" and (self.training.prune or searched):
+            problems.append(StudyError("training.prune", unprunable(family)))
         genome_ok = True
         if self.space_genome is not None:
             try:
@@ -337,7 +354,8 @@ class StudyFile(_Strict):
     def max_ranks(self) -> int:
         if not self.trains_on_mpi:
             return 1
-        return max([*self.rank_choices, self.training.ranks])
+        widest = self.resize.max_ranks if self.resize is not None else 1
+        return max([*self.rank_choices, self.training.ranks, widest])
 
     @property
     def rank_choices(self) -> list[int]:

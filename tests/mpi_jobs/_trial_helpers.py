@@ -81,3 +81,16 @@ def digits_slow_once(val_fraction: float) -> Dataset:
     if first:
         time.sleep(120)
     return load_dataset("digits", val_fraction)
+
+
+def digits_marks_loaded(val_fraction: float) -> Dataset:
+    """Digits; each rank first writes ``loaded.rankN`` in DETOL_FAULT_DIR (MPI is up, training
+    follows), so a test can strike a job that trains."""
+    import os
+
+    from mpi4py import MPI
+
+    directory = os.environ["DETOL_FAULT_DIR"]
+    with open(os.path.join(directory, f"loaded.rank{MPI.COMM_WORLD.rank}"), "w") as f:
+        f.write(str(os.getpid()))
+    return load_dataset("digits", val_fraction)

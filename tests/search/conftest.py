@@ -1,4 +1,5 @@
-"""A throwaway PostgreSQL server, started by the tests themselves (initdb + pg_ctl)."""
+"""A throwaway PostgreSQL server (initdb + pg_ctl) and one-node SLURM and Grid Engine, started by
+the tests themselves."""
 
 from __future__ import annotations
 
@@ -34,22 +35,34 @@ def postgres_url(postgres_server: PostgresServer) -> str:
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="session")
-def slurm() -> Iterator[None]:
-    """A real one-node SLURM: the one running here, else one started by ``.ci/slurm.sh`` (root),
-    stopped again at the end of the session."""
-    if not shutil.which("sinfo"):
-        pytest.fail("SLURM is not installed (Debian: apt-get install slurmctld slurmd "
-                    "slurm-client munge; the README's test command installs it; -m 'not slurm' "
-                    "leaves these tests out)")
-    script = ["bash", str(REPO / ".ci" / "slurm.sh")]
-    running = subprocess.run([*script, "status"], capture_output=True, timeout=60).returncode == 0
+def _batch_system(script: str, probe: str, install: str) -> Iterator[None]:
+    """A real one-node batch system: the one running here, else one started by ``.ci/SCRIPT``
+    (root), stopped again at the end of the session. ``probe`` is a client command it needs."""
+    if not shutil.which(probe):
+        pytest.fail(f"{probe} not found: {install} (the README's test command installs it)")
+    argv = ["bash", str(REPO / ".ci" / script)]
+    running = subprocess.run([*argv, "status"], capture_output=True, timeout=60).returncode == 0
     if not running:
-        started = subprocess.run([*script, "start"], capture_output=True, text=True, timeout=600)
+        started = subprocess.run([*argv, "start"], capture_output=True, text=True, timeout=600)
         if started.returncode != 0:
-            pytest.fail(f".ci/slurm.sh start failed: {started.stderr.strip()[-2000:]}")
+            pytest.fail(f".ci/{script} start failed: {started.stderr.strip()[-2000:]}")
     try:
         yield
     finally:
         if not running:
-            subprocess.run([*script, "stop"], capture_output=True, timeout=120)
+            subprocess.run([*argv, "stop"], capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def slurm() -> Iterator[None]:
+    """A real one-node SLURM (``.ci/slurm.sh``)."""
+    yield from _batch_system("slurm.sh", "sinfo", "Debian: apt-get install slurmctld slurmd "
+                             "slurm-client munge; -m 'not slurm' leaves these tests out")
+
+
+@pytest.fixture(scope="session")
+def sge() -> Iterator[None]:
+    """A real one-node Grid Engine cell (``.ci/sge.sh``)."""
+    yield from _batch_system("sge.sh", "qstat", "Debian: apt-get install gridengine-master "
+                             "gridengine-exec gridengine-client; -m 'not sge' leaves these tests "
+                             "out")

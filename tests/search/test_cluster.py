@@ -155,6 +155,30 @@ def test_pbs_job_script_selects_chunks_with_mpiprocs() -> None:
     assert f"--resources {MPI}=4" in script and "--nthreads 1" in script
 
 
+def test_sge_job_script_asks_the_parallel_environment_for_the_trials_ranks() -> None:
+    table = {**SLURM, "backend": "sge", "queue": "all.q", "resource_spec": "h_vmem=4G",
+             "cpus_per_slot": 2}
+    table.pop("nodes")  # one host per job: the parallel environment places the slots
+    plan = plan_cluster(_cluster(table), concurrency=1, max_ranks=4)
+    assert plan.factory == "dask_jobqueue:SGECluster"
+    cluster = plan.cluster_class()(**plan.kwargs)
+    try:
+        lines = cluster.job_script().splitlines()
+    finally:
+        cluster.close()
+    for line in ["#$ -q all.q", "#$ -P proj42", "#$ -l h_rt=02:00:00", "#$ -l h_vmem=4G",
+                 "#$ -pe smp 8", "#$ -S /bin/bash", "#$ -V", "#$ --exclusive"]:
+        assert line in lines, (line, lines)
+    worker = next(line for line in lines if "distributed.cli.dask_worker" in line)
+    assert f"--resources {MPI}=4" in worker and "--nthreads 1" in worker
+    assert "--death-timeout 20" in worker  # the bound on a killed driver's orphans
+    opts = _cluster({**table, "parallel_environment": "mpi"})
+    assert "-pe mpi 8" in plan_cluster(opts, concurrency=1, max_ranks=4).kwargs[
+        "job_extra_directives"]
+    with pytest.raises(StudyError, match=r"^cluster\.nodes: not an option of the 'sge'"):
+        _cluster({**table, "nodes": 2})
+
+
 def test_jobqueue_backends_need_memory_and_a_reachable_scheduler_host() -> None:
     opts = _cluster({"backend": "slurm", "memory": "8GB"})
     with pytest.raises(StudyError, match=r"^cluster\.scheduler_host: required"):
@@ -343,3 +367,28 @@ def test_adaptive_local_cluster_grows_with_the_queue_and_retires_idle_workers(
     # A worker was retired while the long trial still ran on the other one.
     first_full = next(i for i, (_, w, _) in enumerate(samples) if w == 2)
     assert any(w == 1 and r == 1 for _, w, r in samples[first_full:]), samples[::10]
+
+
+def test_a_worker_killed_while_the_local_cluster_starts_is_started_again(tmp_path: Path) -> None:
+    """Found by the crash soak: a Dask worker SIGKILLed while the local cluster started made
+    ``search run`` die with Dask's 'Nanny failed to start' traceback. The first worker process
+    to start kills itself (a preload that claims a file atomically); the cluster still comes up
+    with every worker."""
+    import dataclasses
+
+    claim = tmp_path / "claimed"
+    preload = tmp_path / "die_once.py"
+    preload.write_text(
+        "import os, signal\n"
+        "try:\n"
+        f"    os.close(os.open({str(claim)!r}, os.O_CREAT | os.O_EXCL))\n"
+        "except FileExistsError:\n"
+        "    pass\n"
+        "else:\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n")
+    plan = plan_cluster(_cluster({}), concurrency=2, max_ranks=1)
+    plan = dataclasses.replace(plan, kwargs={**plan.kwargs,
+                                             "preload": [*plan.kwargs["preload"], str(preload)]})
+    with plan.start() as cluster:
+        assert claim.exists()  # a worker did die
+        assert len(cluster.scheduler_info["workers"]) == 2

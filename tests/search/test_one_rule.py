@@ -29,9 +29,9 @@ def test_the_replay_decides_with_the_drivers_function(monkeypatch) -> None:  # n
     calls: list[bool] = []
     real = _segments.next_start
 
-    def spy(study, promoter, *, budget_spent):  # noqa: ANN001, ANN202
+    def spy(study, promoter, *, budget_spent, resize=None):  # noqa: ANN001, ANN202
         calls.append(budget_spent)
-        return real(study, promoter, budget_spent=budget_spent)
+        return real(study, promoter, budget_spent=budget_spent, resize=resize)
 
     monkeypatch.setattr(_replay, "next_start", spy)
     curves = [[0.1 * i, 0.1 * i + 0.01, 0.1 * i + 0.02, 0.1 * i + 0.03] for i in range(8)]

@@ -4,6 +4,9 @@ imports, builds and runs each plug-in once in a fresh Python (one line naming th
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -61,13 +64,9 @@ def _check(env: dict[str, str] | None = None, **training: object) -> str:
     return "ok: " + ", ".join(names)
 
 
-def test_good_plugins_pass_the_check_and_name_their_metrics() -> None:
-    line = _check(model="_user_plugins:build", dataset="_user_plugins:digits",
-                  loss="_user_plugins:mean_loss", metrics="_user_plugins:top2")
-    assert line == "ok: val_loss, val_accuracy, val_top2"
-
-
-@pytest.mark.parametrize(("training", "line"), [
+GOOD = {"model": "_user_plugins:build", "dataset": "_user_plugins:digits",
+        "loss": "_user_plugins:mean_loss", "metrics": "_user_plugins:top2"}
+BAD = [
     ({"model": "_no_such_pkg.model:build"},
      "training.model: cannot import '_no_such_pkg.model': ModuleNotFoundError: No module named "
      "'_no_such_pkg'"),
@@ -83,9 +82,44 @@ def test_good_plugins_pass_the_check_and_name_their_metrics() -> None:
      "training.loss: not_a_loss() returned int, expected a function (output, target) -> loss"),
     ({"dataset": "_user_plugins:no_such_function"},
      "training.dataset: module '_user_plugins' has no function 'no_such_function'"),
-])
-def test_each_bad_plugin_gives_its_one_line(training: dict, line: str) -> None:
-    assert _check(**training) == line
+]
+# The checks of GOOD and of each BAD study in ONE fresh Python with ENV (torch imported once,
+# not once per case): the check's own code (training._plugin_check._run) on each request.
+# check_plugins' process around it (environment, answer, errors) is what _check and
+# test_search_validate_prints_the_line_and_writes_nothing run.
+_MANY = """
+import json, sys
+from training._plugin_check import _run
+from training._plugins import PluginError
+lines = []
+for request in json.loads(sys.stdin.read()):
+    try:
+        lines.append("ok: " + ", ".join(_run(request, {})))
+    except PluginError as exc:
+        lines.append(str(exc))
+print(json.dumps(lines))
+"""
+
+
+@pytest.fixture(scope="module")
+def checked() -> list[str]:
+    """The one line of each of GOOD, *BAD, as the up-front check gives it."""
+    requests = [{"config": TrainConfig(**{"dataset": "digits", **t}).model_dump(),
+                 "objectives": ["val_loss"]} for t in [GOOD, *(t for t, _ in BAD)]]
+    proc = subprocess.run([sys.executable, "-c", _MANY], input=json.dumps(requests),
+                          env={**os.environ, **ENV}, capture_output=True, text=True,
+                          timeout=300, check=True)
+    return json.loads(proc.stdout.splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_good_plugins_pass_the_check_and_name_their_metrics(checked: list[str]) -> None:
+    assert checked[0] == "ok: val_loss, val_accuracy, val_top2"
+
+
+@pytest.mark.parametrize(("case", "line"), [(i + 1, line) for i, (_, line) in enumerate(BAD)],
+                         ids=[next(iter(t.values())) for t, _ in BAD])
+def test_each_bad_plugin_gives_its_one_line(checked: list[str], case: int, line: str) -> None:
+    assert checked[case] == line
 
 
 def test_a_package_of_the_users_named_like_ours_is_found_shadowing(

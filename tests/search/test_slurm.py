@@ -192,17 +192,29 @@ def test_worker_timeout_stops_a_run_whose_jobs_never_start(tmp_path: Path) -> No
 
 def test_a_cancelled_worker_job_is_a_lost_worker_and_its_trial_runs_again(
         tmp_path: Path) -> None:
+    def cancel() -> str:
+        [job] = [line.split()[0] for line in _squeue() if " RUNNING " in line]
+        subprocess.run(["scancel", job], check=True, timeout=30)
+        return job
+
+    _lose_the_worker_job(tmp_path, cancel, _squeue)
+
+
+def _lose_the_worker_job(tmp_path: Path, cancel: Callable[[], str],
+                         jobs: Callable[[], list[str]], cluster: dict[str, str] | None = None,
+                         ) -> None:
+    """Mid-trial, ``cancel()`` ends the running worker job (and says its id): the trial fails as
+    a lost worker, its parameters run again in a new job, the study completes, ``jobs()`` empties."""
     storage = str(tmp_path / "s.journal")
     study = _study(tmp_path, trials=1, dataset="_trial_helpers:digits_slow_once",
                    launcher_env={"PYTHONPATH": str(JOBS), "DETOL_FAULT_DIR": str(tmp_path)},
-                   max_failures=2)
+                   max_failures=2, cluster=cluster)
     proc = subprocess.Popen([*search_command(), "run", str(study), "--storage", storage,
                              "--no-progress"], cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         _wait_for(lambda: (tmp_path / "slow-job").exists(), "the first trial's job to start", 90)
-        [job] = [line.split()[0] for line in _squeue() if " RUNNING " in line]
-        subprocess.run(["scancel", job], check=True, timeout=30)
+        job = cancel()
         out, err = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
@@ -214,4 +226,4 @@ def test_a_cancelled_worker_job_is_a_lost_worker_and_its_trial_runs_again(
     assert "parameters re-queued" in first.user_attrs["exit_reason"]
     assert second.state == TrialState.COMPLETE and second.params == first.params
     assert second.user_attrs["batch_job"] != job  # a new worker job
-    _queue_drains()
+    _wait_for(lambda: not jobs(), "the queue to be empty (worker jobs released)", 30)

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -37,9 +38,18 @@ def _until(condition, timeout: float, step: float = 0.25) -> float:  # noqa: ANN
 def test_a_killed_driver_leaves_no_job_and_no_process(tmp_path: Path, when: str) -> None:
     """Mid-trial the worker sees its scheduler's connection break and ends at once; a job that
     starts after its driver died finds no scheduler and ends after the death timeout."""
+    _kill_the_driver(tmp_path, when, _squeue)
+
+
+def _kill_the_driver(tmp_path: Path, when: str, jobs: Callable[[], list[str]],
+                     cluster: dict[str, str] | None = None) -> None:
+    """SIGKILL a `search run` whose one worker job runs a trial (``when`` = 'mid-trial') or is
+    submitted (``job-queued``); then ``jobs()`` (the batch system's queue) must empty and no
+    process of the study may be left within ORPHAN_BOUND_S."""
     tag = f"DETOL_ORPHAN_TEST={uuid.uuid4().hex}"
     key, value = tag.split("=")
-    study = _study(tmp_path, trials=2, cluster={"adapt": "{ minimum = 1, maximum = 1 }"})
+    study = _study(tmp_path, trials=2,
+                   cluster={"adapt": "{ minimum = 1, maximum = 1 }", **(cluster or {})})
     study.write_text(study.read_text().replace("epochs = 2", "epochs = 400"))
     storage = str(tmp_path / "s.journal")
     env = {k: v for k, v in os.environ.items() if k != "DETOL_STORAGE"} | {key: value}
@@ -50,14 +60,14 @@ def test_a_killed_driver_leaves_no_job_and_no_process(tmp_path: Path, when: str)
         if when == "mid-trial":  # an MPI rank (the training worker) of this study runs
             started = _until(lambda: any("training.worker" in _cmdline(p)
                                          for p in _processes_tagged(tag)), 120)
-            assert started >= 0, f"no trial started; squeue: {_squeue()}"
-            assert _squeue(), "the trial runs in a batch job"
+            assert started >= 0, f"no trial started; queue: {jobs()}"
+            assert jobs(), "the trial runs in a batch job"
         else:  # the worker job is submitted, its worker not yet connected
-            assert _until(lambda: bool(_squeue()), 120, step=0.05) >= 0, "no job submitted"
+            assert _until(lambda: bool(jobs()), 120, step=0.05) >= 0, "no job submitted"
         driver.send_signal(signal.SIGKILL)  # the driver alone, as the OOM killer would
         driver.wait()
-        gone = _until(lambda: not _squeue() and not _processes_tagged(tag), ORPHAN_BOUND_S)
-        assert gone >= 0, (f"left after {ORPHAN_BOUND_S:g} s: jobs {_squeue()}, processes "
+        gone = _until(lambda: not jobs() and not _processes_tagged(tag), ORPHAN_BOUND_S)
+        assert gone >= 0, (f"left after {ORPHAN_BOUND_S:g} s: jobs {jobs()}, processes "
                            f"{[_cmdline(p)[:80] for p in _processes_tagged(tag)]}")
         print(f"{when}: orphans ended {gone:.1f} s after the driver was killed "
               f"(load {os.getloadavg()[0]:.1f})")

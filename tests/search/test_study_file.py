@@ -129,7 +129,7 @@ def test_space_overrides_training_per_trial_and_max_ranks_covers_the_space() -> 
 @pytest.mark.parametrize(
     ("data", "where", "message"),
     [
-        ({"name": "x", "strategy": "evo"}, "strategy.name", "unknown strategy 'evo' (known: evolution, gp, nsga2, predictor, random, reinforce, tpe)"),
+        ({"name": "x", "strategy": "evo"}, "strategy.name", "unknown strategy 'evo' (known: auto, evolution, gp, nsga2, predictor, random, reinforce, tpe)"),
         ({"name": "x", "pruner": {"name": "asa"}}, "pruner.name", "unknown pruner 'asa'"),
         ({"name": "x", "budget": {"trials": 3, "retries": 2}}, "budget.retries", "unknown key"),
         ({"name": "x", "direction": ["maximize", "minimize"]}, "direction", "2 direction(s) for 1 metric(s)"),
@@ -224,7 +224,7 @@ def test_every_mistake_is_reported_at_once_in_plain_words() -> None:
                    "train_loss, n_params, flops, train_time_s, or val_<name> of a metrics "
                    "plug-in)"),
         ("budget.trails", "unknown key"),
-        ("strategy.name", "unknown strategy 'evo' (known: evolution, gp, nsga2, predictor, "
+        ("strategy.name", "unknown strategy 'evo' (known: auto, evolution, gp, nsga2, predictor, "
                           "random, reinforce, tpe)"),
         ("pruner.patience", "not an option of the 'median' pruner (its options: startup_trials, "
                             "warmup_epochs)"),

@@ -15,6 +15,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.cli_helpers import search_command
+from tests.search.conftest import PostgresServer
 from training.contract import open_storage
 
 BUDGET = 6
@@ -74,3 +75,28 @@ def test_two_drivers_share_the_budget_exactly(tmp_path: Path, kind: str,
             and line.lstrip().startswith("trial")]
     assert sorted(int(line.split()[1]) for line in said) == [t.number for t in trials
                                                              if t.number >= first], said
+
+
+def test_the_budget_lock_rides_out_a_postgresql_restart(postgres_server: PostgresServer) -> None:
+    """Found by the crash soak: the server restarted while a driver held the budget lock, and
+    the lock's release (a raw connection, not a retried storage call) took the driver down with
+    a traceback; taking the lock while the server is away must wait for it, as storage calls do."""
+    import threading
+
+    from search.driver._budget import budget_lock
+
+    url = postgres_server.url
+    study = optuna.create_study(study_name=f"lock-{uuid.uuid4().hex[:8]}",
+                                storage=open_storage(url))
+    with budget_lock(study, url):
+        postgres_server.stop()  # the lock's session dies with the server
+        postgres_server.start()
+    postgres_server.stop()
+    back = threading.Timer(1.0, postgres_server.start)  # the server comes back while we wait
+    back.start()
+    try:
+        with budget_lock(study, url):
+            study.ask()
+    finally:
+        back.join()
+    assert len(study.get_trials()) == 1

@@ -108,15 +108,16 @@ def test_a_rank_that_skips_a_report_fails_the_trial_within_the_bound(tmp_path: P
     assert agree <= took < agree + 30
 
 
-def test_a_rank_killed_inside_the_loop_fails_the_trial_within_60_s(tmp_path: Path) -> None:
+def test_a_rank_killed_inside_the_loop_fails_the_trial_when_mpi_ends_the_job(
+    tmp_path: Path,
+) -> None:
+    # The outcome only: how long it takes is benchmarks/own_loop_faults.py's rank1_dies (goal
+    # < 60 s). Ended by MPI (SIGKILL's code 9), neither by the session's agreement timeout
+    # (40 s here) nor by the trial's timeout.
     result = run_trial(_spec("rank1_dies", tmp_path, epochs=4, agree=40.0))
-    ended = time.time()
     assert result["state"] == "failed"
-    assert "timeout" not in result["exit_reason"]  # ended by MPI, not by the trial's timeout
-    killed = json.loads((tmp_path / "skipped.rank1.json").read_text())
-    took = ended - killed["time"]
-    print(f"kill -> trial failed in {took:.1f} s, load {os.getloadavg()}")
-    assert took < 60
+    assert result["exit_reason"].startswith("MPI job exited with code 9"), result["exit_reason"]
+    assert (tmp_path / "skipped.rank1.json").exists()  # killed where the loop says
 
 
 def test_checkpoint_round_trip_through_a_resumed_trial(tmp_path: Path) -> None:

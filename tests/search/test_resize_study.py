@@ -1,0 +1,96 @@
+"""[resize]: a promoted trial trains wider (issue 31). The study-file checks, then one real
+study whose promoted trials continue from 1-rank checkpoints on 2 ranks."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from search._errors import StudyError
+from search.driver._resize import SEGMENTS_ATTR, WIDTH_ATTR
+from search.pruners._promotion import RESUME_OF_ATTR
+from search.studyfile._study_file import parse_study
+from tests.cli_helpers import run_search
+from training.contract import open_storage
+
+
+def _study(**tables: dict) -> dict:
+    return {"name": "r", "pruner": {"name": "asha", "promote": True},
+            "resize": {"factor": 2, "max_ranks": 4}, **tables}
+
+
+def test_resize_widens_the_cluster_and_needs_promotion() -> None:
+    assert parse_study(_study()).max_ranks == 4  # workers are sized for the widest segment
+    with pytest.raises(StudyError, match=r"resize: widens a trial when it is promoted: set "
+                                         r"\[pruner\] promote = true"):
+        parse_study(_study(pruner={"name": "asha"}))
+    with pytest.raises(StudyError, match=r"resize.max_ranks: is 2, narrower than trials start "
+                                         r"\(3 ranks\)"):
+        parse_study(_study(resize={"max_ranks": 2}, training={"ranks": 3}))
+    with pytest.raises(StudyError, match=r"resize.factor"):
+        parse_study(_study(resize={"factor": 1}))
+    with pytest.raises(StudyError, match=r"resize.maximum"):
+        parse_study(_study(resize={"maximum": 8}))
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(900)
+def test_promoted_trials_continue_wider_from_their_narrow_checkpoints(tmp_path: Path) -> None:
+    study_file = tmp_path / "study.toml"
+    study_file.write_text(textwrap.dedent("""\
+        name = "wide"
+        [budget]
+        trials = 4
+        concurrency = 2
+        [strategy]
+        name = "random"
+        seed = 3
+        [pruner]
+        name = "asha"
+        promote = true
+        min_epochs = 1
+        reduction_factor = 2
+        [resize]
+        factor = 2
+        max_ranks = 2
+        [training]
+        dataset = "digits"
+        epochs = 3
+        ranks = 1
+        hidden = 16
+        [space]
+        lr = { type = "float", low = 1e-2, high = 0.3, log = true }
+        """))
+    storage = str(tmp_path / "s.journal")
+    code, out, err = run_search("run", str(study_file), "--storage", storage, "--no-progress",
+                                cwd=tmp_path, timeout=600)
+    assert code == 0, out + err
+    trials = optuna.load_study(study_name="wide", storage=open_storage(storage)).trials
+    by_number = {t.number: t for t in trials}
+    continuations = [t for t in trials if RESUME_OF_ATTR in t.user_attrs]
+    assert continuations, "nothing was promoted"
+    assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials)
+    for t in trials:
+        if RESUME_OF_ATTR not in t.user_attrs:
+            assert t.user_attrs[WIDTH_ATTR] == 1 and t.user_attrs["ranks"] == 1
+    for t in continuations:
+        parent = by_number[t.user_attrs[RESUME_OF_ATTR]]
+        # Twice as wide as the segment that paused, capped at max_ranks, and it ran so.
+        assert t.user_attrs[WIDTH_ATTR] == min(2, 2 * parent.user_attrs[WIDTH_ATTR])
+        assert t.user_attrs["ranks"] == t.user_attrs[WIDTH_ATTR] == 2
+        assert t.user_attrs["start_epoch"] == parent.user_attrs["detol:paused_at"] + 1
+        # Every segment recorded with its width, epochs and rank-seconds.
+        segments = t.user_attrs[SEGMENTS_ATTR]
+        assert segments[-1] == {"trial": t.number, "ranks": 2,
+                                "epochs": t.user_attrs["epochs_run"],
+                                "rank_seconds": pytest.approx(t.user_attrs["rank_seconds"])}
+        assert segments[0]["ranks"] == 1 and segments[0]["trial"] == t.user_attrs.get(
+            "detol:lineage", segments[0]["trial"])
+        assert sum(s["rank_seconds"] for s in segments) == pytest.approx(
+            t.user_attrs["detol:lineage_rank_seconds"])
+        # Sync on 2 ranks continues the 1-rank run: the curve goes on as one rank's would.
+        assert t.user_attrs["history"][-1]["val_accuracy"] > 0.5

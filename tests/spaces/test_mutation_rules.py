@@ -1,0 +1,171 @@
+"""The variation operators' own rules, checked exactly (issue 33: mutants of spaces/_mutation.py
+that the family-wide property tests let live): where a macro node is added and how it is wired,
+which node a removal may take, where a one-point crossover may cut, and the stack's bounds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from spaces import (
+    Layer,
+    MacroFamily,
+    MacroGenome,
+    MacroNode,
+    StackFamily,
+    StackGenome,
+    crossover,
+    mutate,
+)
+from spaces._mutation import _macro_add, _macro_crossover, _macro_remove, _stack_crossover
+
+MACRO = MacroFamily(min_nodes=1, max_nodes=7, ops=("conv", "max_pool", "identity"),
+                    widths=(4, 8), kernels=(1, 3), max_inputs=2)
+SEEDS = range(60)
+
+
+def _shape(g: MacroGenome) -> list[tuple]:
+    return [(n.op, n.width, n.kernel) for n in g.nodes]
+
+
+def _sampled(seed: int, family: MacroFamily = MACRO, at_least: int = 1) -> MacroGenome:
+    rng = np.random.default_rng(seed)
+    while True:
+        g = family.sample(rng)
+        if len(g.nodes) >= at_least:
+            return g
+
+
+def test_add_inserts_one_node_before_the_output_and_feeds_it_to_a_later_active_node() -> None:
+    places = set()
+    for seed in SEEDS:
+        g = _sampled(seed)
+        if len(g.nodes) == MACRO.max_nodes:
+            continue
+        child = _macro_add(MACRO, g, np.random.default_rng(seed + 1000))
+        MACRO.check(child)
+        n = len(g.nodes)
+        assert len(child.nodes) == n + 1
+        # the new node p: taking it out leaves the parent's nodes in order
+        ps = [p for p in range(1, n + 1) if _shape(child)[: p - 1] + _shape(child)[p:] == _shape(g)]
+        assert ps, (g.summary(), child.summary())
+        p = next(p for p in ps if p in child.active)  # wired into the network
+        places.add(p)
+        consumers = [k for k, node in enumerate(child.nodes, start=1) if p in node.inputs]
+        assert consumers and all(k > p for k in consumers)
+        assert child.nodes[-1].op == g.nodes[-1].op  # the output stays the output
+    assert 1 in places and max(places) > 2  # the first place is possible, and later ones
+
+
+def test_add_keeps_the_old_edges_shifted_past_the_new_node() -> None:
+    g = MacroGenome(nodes=(MacroNode(op="conv", inputs=(0,), width=4, kernel=1),
+                           MacroNode(op="conv", inputs=(1,), width=8, kernel=3)))
+    seen = set()
+    for seed in SEEDS:
+        child = _macro_add(MACRO, g, np.random.default_rng(seed))
+        ps = [p for p in (1, 2) if _shape(child)[: p - 1] + _shape(child)[p:] == _shape(g)]
+        if len(ps) != 1:
+            continue  # the new node looks like an old one: the place is ambiguous
+        p = ps[0]
+        seen.add(p)
+        old_first = child.nodes[0 if p == 2 else 1]
+        assert 0 in old_first.inputs and set(old_first.inputs) <= {0, p}
+        # the output read old node 1: that edge now points at its new index
+        assert (1 if p == 2 else 2) in child.nodes[2].inputs
+    assert seen == {1, 2}
+
+
+def test_add_at_max_inputs_replaces_one_input_of_the_consumer() -> None:
+    family = MacroFamily(min_nodes=1, max_nodes=4, ops=("conv",), widths=(4,), kernels=(3,),
+                         max_inputs=1)
+    g = MacroGenome(nodes=(MacroNode(op="conv", inputs=(0,), width=4, kernel=3),))
+    for seed in range(10):
+        child = _macro_add(family, g, np.random.default_rng(seed))
+        family.check(child)
+        assert child.nodes[1].inputs == (1,)  # the output now reads the new node only
+
+
+def test_remove_never_takes_the_output_and_consumers_inherit_inputs() -> None:
+    removed_at = set()
+    for seed in SEEDS:
+        g = _sampled(seed, at_least=2)
+        child = _macro_remove(MACRO, g, np.random.default_rng(seed + 7))
+        MACRO.check(child)
+        n = len(g.nodes)
+        assert len(child.nodes) == n - 1
+        assert _shape(child)[-1] == _shape(g)[-1]  # the output survives
+        rs = [r for r in range(1, n) if _shape(g)[: r - 1] + _shape(g)[r:] == _shape(child)]
+        assert rs, (g.summary(), child.summary())
+        removed_at.update(rs)
+        for k, node in enumerate(g.nodes, start=1):
+            if k in rs or len(rs) > 1:
+                continue
+            r = rs[0]
+            if r in node.inputs:
+                new = child.nodes[k - 2]
+                inherited = {i - 1 if i > r else i for i in g.nodes[r - 1].inputs}
+                if len(set(node.inputs) - {r} | set(g.nodes[r - 1].inputs)) <= MACRO.max_inputs:
+                    assert inherited <= set(new.inputs)
+    assert 1 in removed_at
+
+
+def test_crossover_cuts_within_the_shorter_parent_and_both_orders_occur() -> None:
+    a = _sampled(1, at_least=5)
+    b = next(g for s in range(100) if 1 <= len((g := _sampled(200 + s)).nodes) <= 2)
+    cuts, heads = set(), set()
+    for seed in range(80):
+        child = _macro_crossover(MACRO, a, b, np.random.default_rng(seed))
+        for first, second in ((a, b), (b, a)):
+            found = [c for c in range(min(len(a.nodes), len(b.nodes)) + 1)
+                     if child.nodes == first.nodes[:c] + second.nodes[c:]]
+            if found:
+                cuts.update(found)
+                heads.add(id(first))
+        assert len(child.nodes) in (len(a.nodes), len(b.nodes))
+        assert any(child.nodes == f.nodes[:c] + s.nodes[c:] for f, s in ((a, b), (b, a))
+                   for c in range(min(len(a.nodes), len(b.nodes)) + 1)), child.summary()
+    assert heads == {id(a), id(b)}
+    assert 0 in cuts and min(len(a.nodes), len(b.nodes)) in cuts
+
+
+def test_stack_crossover_splices_each_part_within_its_bounds() -> None:
+    family = StackFamily(min_conv_layers=0, max_conv_layers=3, min_dense_layers=1,
+                         max_dense_layers=3)
+    rng = np.random.default_rng(0)
+    parents = [family.sample(rng) for _ in range(12)]
+    for seed, (a, b) in enumerate(zip(parents, parents[1:], strict=False)):
+        child = _stack_crossover(family, a, b, np.random.default_rng(seed))
+        family.check(child)
+        for kind in ("conv", "dense"):
+            pa, pb, pc = a.part(kind), b.part(kind), child.part(kind)
+            assert any(pc == pa[:i] + pb[j:] for i in range(len(pa) + 1)
+                       for j in range(len(pb) + 1)), (kind, a, b, child)
+
+
+def test_stack_add_and_remove_change_one_layer_of_one_part() -> None:
+    family = StackFamily(min_conv_layers=0, max_conv_layers=2, min_dense_layers=1,
+                         max_dense_layers=2)
+    g = StackGenome(layers=(Layer(kind="dense", width=32, activation="relu", dropout=0.0),))
+    for seed in range(20):
+        grown = mutate(family, g, np.random.default_rng(seed), kind="add")
+        family.check(grown)
+        assert len(grown.layers) == 2
+        shrunk = mutate(family, grown, np.random.default_rng(seed), kind="remove")
+        assert len(shrunk.layers) == 1 and shrunk.layers[0].kind == "dense"
+
+
+def test_mutate_refuses_a_kind_that_cannot_change_the_genome() -> None:
+    one = MacroGenome(nodes=(MacroNode(op="conv", inputs=(0,), width=4, kernel=1),))
+    with pytest.raises(ValueError, match=r"^kind: mutation 'remove' cannot change this genome"):
+        mutate(MACRO, one, np.random.default_rng(0), kind="remove")
+    with pytest.raises(ValueError, match=r"^kind: unknown mutation 'swap' for a macro genome"):
+        mutate(MACRO, one, np.random.default_rng(0), kind="swap")
+
+
+def test_crossover_checks_both_parents() -> None:
+    small = MacroFamily(min_nodes=1, max_nodes=2)
+    big = _sampled(3, at_least=4)
+    ok = MacroGenome(nodes=(MacroNode(op="conv", inputs=(0,), width=16, kernel=3),))
+    for a, b in ((big, ok), (ok, big)):
+        with pytest.raises(ValueError, match="out of range"):
+            crossover(small, a, b, np.random.default_rng(0))
