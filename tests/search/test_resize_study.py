@@ -18,6 +18,12 @@ from tests.cli_helpers import run_search
 from training.contract import open_storage
 
 
+def _log_tail(trial: optuna.trial.FrozenTrial) -> str:
+    """The end of a failed trial's kept MPI output, so a failure in CI says why."""
+    path = trial.user_attrs.get("log_path")
+    return Path(path).read_text(errors="replace")[-1500:] if path and Path(path).exists() else ""
+
+
 def _study(**tables: dict) -> dict:
     return {"name": "r", "pruner": {"name": "asha", "promote": True},
             "resize": {"factor": 2, "max_ranks": 4}, **tables}
@@ -73,7 +79,8 @@ def test_promoted_trials_continue_wider_from_their_narrow_checkpoints(tmp_path: 
     by_number = {t.number: t for t in trials}
     continuations = [t for t in trials if RESUME_OF_ATTR in t.user_attrs]
     assert continuations, "nothing was promoted"
-    assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials)
+    assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials), [
+        (t.number, t.state.name, t.user_attrs.get("exit_reason"), _log_tail(t)) for t in trials]
     for t in trials:
         if RESUME_OF_ATTR not in t.user_attrs:
             assert t.user_attrs[WIDTH_ATTR] == 1 and t.user_attrs["ranks"] == 1
