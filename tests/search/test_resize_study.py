@@ -12,6 +12,7 @@ from optuna.trial import TrialState
 
 from search._errors import StudyError
 from search.driver._resize import SEGMENTS_ATTR, WIDTH_ATTR
+from search.driver._study import RETRY_ATTR
 from search.pruners._promotion import RESUME_OF_ATTR
 from search.studyfile._study_file import parse_study
 from tests.cli_helpers import run_search
@@ -79,8 +80,16 @@ def test_promoted_trials_continue_wider_from_their_narrow_checkpoints(tmp_path: 
     by_number = {t.number: t for t in trials}
     continuations = [t for t in trials if RESUME_OF_ATTR in t.user_attrs]
     assert continuations, "nothing was promoted"
-    assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials), [
+    # Every trial ended COMPLETE or PRUNED, except one whose worker was lost (a loaded CI
+    # machine): that one is FAIL, re-queued by design, and its retry ended so.
+    retried = {t.user_attrs[RETRY_ATTR] for t in trials if RETRY_ATTR in t.user_attrs
+               and t.state in (TrialState.COMPLETE, TrialState.PRUNED)}
+    assert all(t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+               or (t.user_attrs.get("detol:requeued") and t.number in retried)
+               for t in trials), [
         (t.number, t.state.name, t.user_attrs.get("exit_reason"), _log_tail(t)) for t in trials]
+    trials = [t for t in trials if t.state != TrialState.FAIL]
+    continuations = [t for t in trials if RESUME_OF_ATTR in t.user_attrs]
     for t in trials:
         if RESUME_OF_ATTR not in t.user_attrs:
             assert t.user_attrs[WIDTH_ATTR] == 1 and t.user_attrs["ranks"] == 1
@@ -89,7 +98,10 @@ def test_promoted_trials_continue_wider_from_their_narrow_checkpoints(tmp_path: 
         # Twice as wide as the segment that paused, capped at max_ranks, and it ran so.
         assert t.user_attrs[WIDTH_ATTR] == min(2, 2 * parent.user_attrs[WIDTH_ATTR])
         assert t.user_attrs["ranks"] == t.user_attrs[WIDTH_ATTR] == 2
-        assert t.user_attrs["start_epoch"] == parent.user_attrs["detol:paused_at"] + 1
+        resumed_at = t.user_attrs["detol:resume_from"]["epoch"]  # a retry: its lost run's
+        assert t.user_attrs["start_epoch"] == resumed_at + 1
+        if RETRY_ATTR not in t.user_attrs:
+            assert resumed_at == parent.user_attrs["detol:paused_at"]
         # Every segment recorded with its width, epochs and rank-seconds.
         segments = t.user_attrs[SEGMENTS_ATTR]
         assert segments[-1] == {"trial": t.number, "ranks": 2,
