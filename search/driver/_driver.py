@@ -43,7 +43,7 @@ from search.driver._outcomes import (
     result_values,
 )
 from search.driver._resize import SEGMENTS_ATTR, WIDTH_ATTR, WidenOnPromotion, segments_after
-from search.driver._segments import continue_curve, next_start
+from search.driver._segments import continue_curve, next_start, widen_idle
 from search.driver._study import (
     DRIVER_ATTR,
     HEARTBEAT_S,
@@ -409,12 +409,15 @@ class Driver:
         """Start trials until ``concurrency`` run or the budget is covered. ``untold`` trials
         configurations have ended but are not told yet: they may still complete, so they count
         as running (an untold continuation is no configuration of the budget)."""
+        def spent() -> bool:
+            configurations = sum(not r.continuation for r in running.values())
+            return counts.finished + configurations + untold >= trials
+
         while counts.failed < self.sf.budget.max_failures and len(running) < concurrency:
             # The rule of pause-and-promote (search.driver._segments.next_start, which the replay
             # runs too): promotions first, they are not new configurations.
-            configurations = sum(not r.continuation for r in running.values())
-            spent = counts.finished + configurations + untold >= trials
-            start = next_start(self.study, self.promoter, budget_spent=spent, resize=self.resize)
+            start = next_start(self.study, self.promoter, budget_spent=spent(),
+                               resize=self.resize)
             if start is None:
                 break
             counts.promoted += start == "continuation"
@@ -424,6 +427,15 @@ class Driver:
                 submitted = self._submit(counts)
             if submitted is not None:
                 running[submitted[0]] = submitted[1]
+        if self.resize is not None and self.resize.idle:
+            # The study's end: slots still idle go to the running trials (the replay's rule too).
+            # Each worker offers max_ranks slots (search.driver._open_cluster); a trial uses its
+            # width of them.
+            slots = self.sf.max_ranks
+            idle = (concurrency - len(running)) * slots + sum(
+                max(0, slots - r.ranks) for r in running.values())
+            widen_idle(self.study, self.promoter, budget_spent=spent(), resize=self.resize,
+                       idle=idle)
         counts.running = len(running)
 
     def run(self, *, trials: int, concurrency: int, timeout: float | None) -> RunCounts:

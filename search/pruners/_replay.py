@@ -43,7 +43,7 @@ import optuna
 from optuna.trial import TrialState
 
 from search.driver._resize import WIDTH_ATTR, WidenOnPromotion
-from search.driver._segments import continue_curve, next_start
+from search.driver._segments import continue_curve, next_start, widen_idle
 from search.driver._study import RESUME_FROM_ATTR
 from search.pruners._promotion import PAUSED_ATTR
 from search.simulated._clock import SimClock
@@ -71,6 +71,9 @@ class ReplayRun:
     completions: list[tuple[float, float, int]] = field(default_factory=list)
     rank_time: float = 0.0  # simulated slot-time spent training (width x epoch time)
     widths: list[int] = field(default_factory=list)  # each trial's width, in the order it ended
+    widened: int = 0  # running trials given idle slots at the study's end (resize.idle)
+    # when the last new configuration started: the study's tail is time - this
+    last_configuration_start: float = 0.0
     study: optuna.Study | None = field(default=None, repr=False)
 
 
@@ -140,6 +143,8 @@ class _Replay:
         self.completions: list[tuple[float, float, int]] = []
         self.rank_time = 0.0
         self.widths: list[int] = []
+        self.widened = 0  # running trials given idle slots at the study's end
+        self.last_configuration_start: float | None = None
 
     @property
     def now(self) -> float:
@@ -160,6 +165,7 @@ class _Replay:
         ``config``."""
         if config is not None:
             self.study.enqueue_trial({CONFIG_PARAM: config})
+            self.last_configuration_start = self.now
         trial = self.study.ask()
         config = trial.suggest_int(CONFIG_PARAM, 0, len(self.curves) - 1)  # the enqueued value
         first = 1
@@ -177,12 +183,13 @@ class _Replay:
         self._schedule(trial, config, first, self.restart if first > 1 else 0.0)
 
     def _fill(self) -> None:
-        """Free workers: what the driver starts (search.driver._segments.next_start)."""
+        """Free workers: what the driver starts (search.driver._segments.next_start), then
+        the slots still idle to the running trials (``widen_idle``), as the driver does."""
         while self.used < self.concurrency:
             start = next_start(self.study, self.promoter, budget_spent=not self.queue,
                                resize=self.resize)
             if start is None:
-                return
+                break
             if start != "configuration" and self._queued_width() > self.concurrency - self.used:
                 return  # the promotion waits for its slots; nothing starts ahead of it
             if start == "configuration":
@@ -190,6 +197,8 @@ class _Replay:
             else:
                 self.counts["promotions"] += start == "continuation"
                 self._start(None)
+        self.widened += len(widen_idle(self.study, self.promoter, budget_spent=not self.queue,
+                                       resize=self.resize, idle=self.concurrency - self.used))
 
     def _queued_width(self) -> int:
         """The width of the continuation the next ``ask`` takes (the oldest waiting trial)."""
@@ -256,6 +265,8 @@ class _Replay:
             completions=self.completions,
             rank_time=self.rank_time,
             widths=self.widths,
+            widened=self.widened,
+            last_configuration_start=self.last_configuration_start or 0.0,
             study=self.study,
             **self.counts,
         )
