@@ -203,6 +203,9 @@ class Driver:
             timeout_s=self.sf.budget.trial_timeout,
             ask_time=ask_time,
             warm=self.sf.launcher.warm,
+            # [resize] on a warm pool: one pool of max_ranks serves every width of a trial, a
+            # continuation it paused restores from the pool's memory (training._regroup).
+            pool_ranks=self.resize.max_ranks if self.resize is not None else None,
             checkpoints=self.checkpoints,
             resume_from=str(resume["id"]) if resume is not None else None,
             own_loop=own_loop,
