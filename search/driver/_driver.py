@@ -217,6 +217,7 @@ class Driver:
             resources={MPI: config.ranks},
             pure=False,
             retries=0,  # the driver decides about retries, never Dask
+            **self._affinity(attrs, spec),
         )
         self._watch(future)
         self.on_event("started", trial, counts, None)
@@ -263,6 +264,22 @@ class Driver:
         self.on_event("started", trial, counts, None)
         start = self.clock.serve() if self.simulated else 0.0  # the driver's work is charged
         return future, Running(trial, 1, sim_start=start)
+
+    def _affinity(self, attrs: dict[str, Any], spec: TrialSpec) -> dict[str, Any]:
+        """A continuation on warm pools goes back to the Dask worker that ran its parent when
+        that worker is idle (else anywhere, not to wait for it): its pool holds the paused
+        state in memory (training._regroup)."""
+        if not (spec.warm and spec.pool_ranks and RESUME_OF_ATTR in attrs) or self.simulated:
+            return {}
+        parent = self.study._storage.get_trial(  # noqa: SLF001 - one trial by number
+            self.study._storage.get_trial_id_from_study_id_trial_number(  # noqa: SLF001
+                self.study._study_id, int(attrs[RESUME_OF_ATTR])))  # noqa: SLF001
+        address = parent.user_attrs.get("dask_worker")
+        try:
+            idle = address is not None and not self.client.processing().get(address, True)
+        except Exception:  # noqa: BLE001 - only a preference: never fail a trial for it
+            idle = False
+        return {"workers": [address], "allow_other_workers": True} if idle else {}
 
     def _watch(self, future: Future) -> None:
         """A real trial's future reports its end to ``_collect`` (the simulated clock waits on

@@ -193,7 +193,10 @@ class _Replay:
             if start != "configuration" and self._queued_width() > self.concurrency - self.used:
                 return  # the promotion waits for its slots; nothing starts ahead of it
             if start == "configuration":
-                self._start(self.queue.popleft())
+                # A configuration's start changes nothing the promoter reads (no report, no
+                # pause): the answer holds for every free slot while the budget lasts.
+                while self.queue and self.used < self.concurrency:
+                    self._start(self.queue.popleft())
             else:
                 self.counts["promotions"] += start == "continuation"
                 self._start(None)
@@ -216,7 +219,20 @@ class _Replay:
         self.used -= width
         self.running -= 1
 
-    def _epoch_end(self, trial: optuna.Trial, config: int, epoch: int) -> None:
+    def _at_rung(self, epoch: int) -> bool:
+        """Whether a report at ``epoch`` can change the promoter's answer: it reads values at
+        rungs only (any bracket's, to be safe); a pruner that does not pause reads none."""
+        if self.promoter is None:
+            return False
+        rungs = getattr(self.promoter, "rung_epochs", None)
+        if rungs is None:
+            return True
+        return any(epoch in rungs(b, epoch + 1)
+                   for b in range(int(getattr(self.promoter, "brackets", 1))))
+
+    def _epoch_end(self, trial: optuna.Trial, config: int, epoch: int) -> bool:
+        """Play one epoch's end; True when it can change what starts next (the trial ended,
+        freeing its slots, or reported at a rung), False when ``_fill`` would find the same."""
         curve = self.curves[config]
         value = float(curve[epoch - 1])
         self.spent += 1
@@ -225,7 +241,7 @@ class _Replay:
         if not math.isfinite(value) or (epoch == len(curve) and epoch < self.epochs):
             self.study.tell(trial, state=TrialState.FAIL)  # diverged: the trainer fails it
             self._end(trial, config, epoch, "failed")
-            return
+            return True
         trial.report(value, epoch)
         decision = trial.should_prune()  # asked every epoch, the last too, as the reporter does
         if epoch == self.epochs:
@@ -234,6 +250,7 @@ class _Replay:
             self._end(trial, config, epoch, "complete")
         elif not decision:
             self._schedule(trial, config, epoch + 1)
+            return self._at_rung(epoch)
         elif self.pauses:
             trial.set_user_attr(PAUSED_ATTR, epoch)
             trial.set_user_attr(CHECKPOINT_ATTR, {"id": f"replay-{trial.number}", "epoch": epoch})
@@ -242,14 +259,15 @@ class _Replay:
         else:
             self.study.tell(trial, state=TrialState.PRUNED)
             self._end(trial, config, epoch, "stopped")
+        return True
 
     def run(self) -> ReplayRun:
         self._fill()
         while self.heap:
             end, _, trial, config, epoch = heapq.heappop(self.heap)
             self.clock.advance_to(end)
-            self._epoch_end(trial, config, epoch)
-            self._fill()  # also retries idle workers: a report may make a paused trial promotable
+            if self._epoch_end(trial, config, epoch):
+                self._fill()  # also idle workers: a rung's report may make a pause promotable
         complete = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         incumbent = regret = None
         if complete:

@@ -57,6 +57,8 @@ def test_promoted_trials_continue_wider_from_their_narrow_checkpoints(tmp_path: 
         [resize]
         factor = 2
         max_ranks = 2
+        [launcher]
+        warm = true
         [training]
         dataset = "digits"
         epochs = 4
@@ -105,3 +107,10 @@ def test_promoted_trials_continue_wider_from_their_narrow_checkpoints(tmp_path: 
     for t in between:
         assert WIDEN_ATTR in by_number[t.user_attrs[RESUME_OF_ATTR]].system_attrs
         assert t.user_attrs["ranks"] == 2
+    # Warm pools of max_ranks: a continuation restored in place (from the pool's memory) ran on
+    # the Dask worker of its parent; one that went elsewhere read the checkpoint file.
+    for t in continuations:
+        parent = by_number[t.user_attrs[RESUME_OF_ATTR]]
+        assert t.user_attrs["restored_from"] in ("memory", "store")
+        if t.user_attrs["restored_from"] == "memory":
+            assert t.user_attrs["dask_worker"] == parent.user_attrs["dask_worker"]
