@@ -57,8 +57,6 @@ def test_promoted_trials_continue_wider_from_their_narrow_checkpoints(tmp_path: 
         [resize]
         factor = 2
         max_ranks = 2
-        [launcher]
-        warm = true
         [training]
         dataset = "digits"
         epochs = 4
@@ -98,7 +96,8 @@ def test_promoted_trials_continue_wider_from_their_narrow_checkpoints(tmp_path: 
         assert t.user_attrs["history"][-1]["val_accuracy"] > 0.5
     # The study's end (the 4th configuration started, slots idle in the workers): the running
     # 1-rank trials were marked to take them, paused between rungs (the only rung is epoch 2)
-    # and went on 2 ranks wide from their checkpoints.
+    # and went on 2 ranks wide from their checkpoints. The driver marks a trial right after
+    # submitting it; a cold job's imports (seconds) come before its first report.
     marked = [t for t in trials if WIDEN_ATTR in t.system_attrs]
     assert marked and all(t.system_attrs[WIDEN_ATTR] == 2 for t in marked)
     between = [t for t in continuations
@@ -107,10 +106,5 @@ def test_promoted_trials_continue_wider_from_their_narrow_checkpoints(tmp_path: 
     for t in between:
         assert WIDEN_ATTR in by_number[t.user_attrs[RESUME_OF_ATTR]].system_attrs
         assert t.user_attrs["ranks"] == 2
-    # Warm pools of max_ranks: a continuation restored in place (from the pool's memory) ran on
-    # the Dask worker of its parent; one that went elsewhere read the checkpoint file.
-    for t in continuations:
-        parent = by_number[t.user_attrs[RESUME_OF_ATTR]]
-        assert t.user_attrs["restored_from"] in ("memory", "store")
-        if t.user_attrs["restored_from"] == "memory":
-            assert t.user_attrs["dask_worker"] == parent.user_attrs["dask_worker"]
+    # Cold jobs: every continuation read its checkpoint file (no warm pool holds it).
+    assert all(t.user_attrs["restored_from"] == "store" for t in continuations)
