@@ -6,16 +6,17 @@ What is measured, on a simulated clock (a model, not a measurement of 1,024 real
 min_resource 1, eta 3, 12 epochs: rungs 1, 3, 9) replayed on recorded learning curves by
 ``search.pruners._replay`` (the driver's own ``next_start`` decides what starts, and the width
 policy is the driver's ``search.driver._resize.WidenOnPromotion``, decided in the same place).
-``--slots`` ranks (128 by default: the Optuna-backed replay asks the promoter once per free slot,
-O(trials) each, so 1,024 slots with 4,096 configurations took too long here for 5 seeds; the
-driver pays the same per-slot cost); ``--configs-per-slot`` configurations (4) drawn with
+``--slots`` ranks (128 by default: each answer of the promoter reads every trial, so a replay
+costs O(trials^2), and 1,024 slots with 4,096 configurations took too long here for 5 seeds);
+``--configs-per-slot`` configurations (4) drawn with
 replacement from the 100 recorded mnist1d curves of ``results/pruning_curves.json`` (12 epochs
 each, with every epoch's recorded seconds on one rank), in a seeded random order.
 
 *Two arms, same configurations, same order.* ``fixed``: every trial runs on one rank for its
 whole life (fixed-width ASHA, 1,024 trials at once). ``widen``: a promoted trial runs ``factor``
 (2) times wider than its paused segment, up to ``max_ranks`` (8): 1 -> 2 -> 4 -> 8 ranks over the
-three rungs; it waits for its slots, and no new configuration starts ahead of it.
+three rungs; it waits for its slots, and no new configuration starts ahead of it (``idle`` off:
+the figures of the promotion rule alone).
 
 *The throughput model* (``epoch_time``): a step on ``w`` ranks with the global batch fixed takes
 ``t(w) = c / w + e * 2 (w - 1) / w``, the compute split ``w`` ways and the exposed allreduce
@@ -25,6 +26,11 @@ step time ``t(2)`` (samples/s) and the share of it spent waiting for the allredu
 (``sync_wait_fraction``) give ``e = wait`` and ``c = 2 (t(2) - e)``, the 1-rank step time (compute
 split evenly; no latency term, which favours wide jobs a little). An epoch on ``w`` ranks takes
 its recorded 1-rank seconds times ``t(w) / t(1)``.
+
+*A third arm*, ``idle``: ``widen`` with ``resize.idle`` on (the driver's ``widen_idle``: at
+the study's end idle slots widen the running trials). Its figure is the end-of-study *tail*,
+from the start of the last new configuration to the study's end: ``tail_ratio`` = widen's tail
+/ idle's, beside the whole study's ratio and the time to the same best model.
 
 *Figures* per seed: each arm's best final value, and the time at which a trial first completed
 with at least ``target`` = the lower of the two arms' best values (the same final accuracy for
