@@ -6,16 +6,17 @@ What is measured, on a simulated clock (a model, not a measurement of 1,024 real
 min_resource 1, eta 3, 12 epochs: rungs 1, 3, 9) replayed on recorded learning curves by
 ``search.pruners._replay`` (the driver's own ``next_start`` decides what starts, and the width
 policy is the driver's ``search.driver._resize.WidenOnPromotion``, decided in the same place).
-``--slots`` ranks (128 by default: the Optuna-backed replay asks the promoter once per free slot,
-O(trials) each, so 1,024 slots with 4,096 configurations took too long here for 5 seeds; the
-driver pays the same per-slot cost); ``--configs-per-slot`` configurations (4) drawn with
+``--slots`` ranks (128 by default: each answer of the promoter reads every trial, so a replay
+costs O(trials^2), and 1,024 slots with 4,096 configurations took too long here for 5 seeds);
+``--configs-per-slot`` configurations (4) drawn with
 replacement from the 100 recorded mnist1d curves of ``results/pruning_curves.json`` (12 epochs
 each, with every epoch's recorded seconds on one rank), in a seeded random order.
 
 *Two arms, same configurations, same order.* ``fixed``: every trial runs on one rank for its
 whole life (fixed-width ASHA, 1,024 trials at once). ``widen``: a promoted trial runs ``factor``
 (2) times wider than its paused segment, up to ``max_ranks`` (8): 1 -> 2 -> 4 -> 8 ranks over the
-three rungs; it waits for its slots, and no new configuration starts ahead of it.
+three rungs; it waits for its slots, and no new configuration starts ahead of it (``idle`` off:
+the figures of the promotion rule alone).
 
 *The throughput model* (``epoch_time``): a step on ``w`` ranks with the global batch fixed takes
 ``t(w) = c / w + e * 2 (w - 1) / w``, the compute split ``w`` ways and the exposed allreduce
@@ -25,6 +26,11 @@ step time ``t(2)`` (samples/s) and the share of it spent waiting for the allredu
 (``sync_wait_fraction``) give ``e = wait`` and ``c = 2 (t(2) - e)``, the 1-rank step time (compute
 split evenly; no latency term, which favours wide jobs a little). An epoch on ``w`` ranks takes
 its recorded 1-rank seconds times ``t(w) / t(1)``.
+
+*A third arm*, ``idle``: ``widen`` with ``resize.idle`` on (the driver's ``widen_idle``: at
+the study's end idle slots widen the running trials). Its figure is the end-of-study *tail*,
+from the start of the last new configuration to the study's end: ``tail_ratio`` = widen's tail
+/ idle's, beside the whole study's ratio and the time to the same best model.
 
 *Figures* per seed: each arm's best final value, and the time at which a trial first completed
 with at least ``target`` = the lower of the two arms' best values (the same final accuracy for
@@ -113,7 +119,9 @@ def one_seed(seed: int, slots: int, n_configs: int, model: dict[str, Any], *,
     curves_n = [values[i] for i in picks]
     durations = [[x * epoch_s / mean for x in seconds[i]] for i in picks]
     base = step_time(model, 1)
-    arms = {"fixed": None, "widen": WidenOnPromotion(factor=factor, max_ranks=max_ranks)}
+    arms = {"fixed": None,
+            "widen": WidenOnPromotion(factor=factor, max_ranks=max_ranks, idle=False),
+            "idle": WidenOnPromotion(factor=factor, max_ranks=max_ranks, idle=True)}
     out: dict[str, Any] = {}
     runs = {}
     for name, policy in arms.items():
@@ -130,6 +138,8 @@ def one_seed(seed: int, slots: int, n_configs: int, model: dict[str, Any], *,
         out[name] = {"best": best, "time_to_own_best": time_to(run.completions, best),
                      "makespan": run.time, "slot_time": run.rank_time,
                      "complete": run.complete, "promotions": run.promotions,
+                     "last_configuration_start": run.last_configuration_start,
+                     "tail": run.time - run.last_configuration_start, "widened": run.widened,
                      "widths": {str(w): run.widths.count(w) for w in sorted(set(run.widths))},
                      "replay_s": time.perf_counter() - t}
     target = min(out["fixed"]["best"], out["widen"]["best"])
@@ -138,6 +148,16 @@ def one_seed(seed: int, slots: int, n_configs: int, model: dict[str, Any], *,
     out["target"] = target
     out["ratio"] = out["fixed"]["time_to_target"] / out["widen"]["time_to_target"]
     out["makespan_ratio"] = out["fixed"]["makespan"] / out["widen"]["makespan"]
+    # Idle slots at the study's end (resize.idle) against the same policy without: the tail
+    # (last new configuration's start -> the study's end), and time to the same best model.
+    out["idle_target"] = min(out["widen"]["best"], out["idle"]["best"])
+    out["tail_ratio"] = out["widen"]["tail"] / out["idle"]["tail"]
+    out["idle_makespan_ratio"] = out["widen"]["makespan"] / out["idle"]["makespan"]
+    out["idle_best_ratio"] = (time_to(runs["widen"].completions, out["idle_target"])
+                              / time_to(runs["idle"].completions, out["idle_target"]))
+    out["idle_vs_fixed_ratio"] = (
+        time_to(runs["fixed"].completions, min(out["fixed"]["best"], out["idle"]["best"]))
+        / time_to(runs["idle"].completions, min(out["fixed"]["best"], out["idle"]["best"])))
     return out
 
 
@@ -257,8 +277,20 @@ def sweep(args: argparse.Namespace, slots: int, model: dict[str, Any], restart: 
               f"{s['widen']['slot_time'] / s['fixed']['slot_time']:>15.2f}")
     print(f"time to the best model: widen {ratio:.2f} +/- {ratio_se:.2f} (SE) x faster than "
           f"fixed-width ASHA; makespan ratio {span:.2f} +/- {span_se:.2f}")
+    print(f"\nidle slots at the study's end (widen without / with resize.idle)\n"
+          f"{'seed':>4} {'tail off s':>10} {'tail on s':>10} {'tail ratio':>10} "
+          f"{'widened':>7} {'best off':>9} {'best on':>9} {'to-best ratio':>13}")
+    for i, s in enumerate(seeds):
+        print(f"{i:>4} {s['widen']['tail']:>10.1f} {s['idle']['tail']:>10.1f} "
+              f"{s['tail_ratio']:>10.2f} {s['idle']['widened']:>7} {s['widen']['best']:>9.4f} "
+              f"{s['idle']['best']:>9.4f} {s['idle_best_ratio']:>13.2f}")
+    idle = {key: mean_se([s[key] for s in seeds]) for key in
+            ("tail_ratio", "idle_makespan_ratio", "idle_best_ratio", "idle_vs_fixed_ratio")}
+    print("end-of-study tail: " + "; ".join(f"{k} {m:.2f} +/- {e:.2f}"
+                                            for k, (m, e) in idle.items()))
     return {"epoch_s": epoch_s, "configurations": n_configs, "ratio": ratio,
             "ratio_se": ratio_se, "makespan_ratio": span, "makespan_ratio_se": span_se,
+            **{k: m for k, (m, _) in idle.items()}, **{f"{k}_se": e for k, (_, e) in idle.items()},
             "seeds": seeds}
 
 

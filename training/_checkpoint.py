@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 import torch
 from mpi4py import MPI
 
 from training._artifacts import FREE_ON_RESTORE, CheckpointPlan
-from training._reshard import reshard
+from training._reshard import copy_state, reshard
 
 FORMAT = 1
 
@@ -79,12 +79,19 @@ class Checkpointer:
         upload: Callable[[str, int], str] | None = None,
         download: Callable[[str, str], None] | None = None,
         remove: Callable[[str], None] | None = None,
+        memory: MutableMapping[str, dict[str, Any]] | None = None,
     ) -> None:
         self.plan = plan
         self.comm = comm
         self._upload = upload
         self._download = download
         self._remove = remove
+        # Rank 0 of a warm pool (training._regroup.Shelf): a checkpoint written here is kept in
+        # memory too, so a continuation served by the same pool restores it without reading the
+        # file back, on whatever width it runs (the in-place resize).
+        self.memory = memory
+        self.restore_seconds = 0.0  # wall time of the last load, scatter included
+        self.restored_from = ""  # "memory" or "store"
         self.written: list[str] = []  # this trial's artifact ids, oldest first
         self.seconds = 0.0  # wall time rank 0 spent saving (gather + write + upload)
         self.bytes = 0  # size of the newest checkpoint file
@@ -101,10 +108,13 @@ class Checkpointer:
             raise RuntimeError("rank 0 needs an upload function to write checkpoints")
         with tempfile.TemporaryDirectory(prefix="detol-ckpt-") as tmp:
             path = os.path.join(tmp, f"checkpoint-epoch{header['epoch']}.pt")
-            torch.save({**header, "format": FORMAT, "free_on_restore": list(FREE_ON_RESTORE),
-                        "rank_states": states}, path)
+            data = {**header, "format": FORMAT, "free_on_restore": list(FREE_ON_RESTORE),
+                    "rank_states": states}
+            torch.save(data, path)
             self.bytes = os.path.getsize(path)
             artifact_id = self._upload(path, int(header["epoch"]))
+        if self.memory is not None:  # rank 0's own state is the live trainer's: copied
+            self.memory[artifact_id] = {**data, "rank_states": [copy_state(s) for s in states]}
         self.written.append(artifact_id)
         while len(self.written) > max(1, self.plan.keep):
             old = self.written.pop(0)
@@ -113,18 +123,30 @@ class Checkpointer:
         self.seconds += MPI.Wtime() - t
         return artifact_id
 
+    def _read(self, artifact_id: str) -> dict[str, Any]:
+        """Rank 0: the checkpoint file ``artifact_id``, downloaded and read."""
+        assert self._download is not None
+        with tempfile.TemporaryDirectory(prefix="detol-ckpt-") as tmp:
+            path = os.path.join(tmp, "checkpoint.pt")
+            self._download(artifact_id, path)
+            return torch.load(path, map_location="cpu", weights_only=True)
+
     def load(self, artifact_id: str, config: dict[str, Any]) -> tuple[dict[str, Any], dict]:
         """Collective: rank 0 downloads ``artifact_id`` and checks it against ``config``; each
         rank gets (the header, its own state). A mismatch raises on every rank."""
         payload: Any = None
+        began = MPI.Wtime()
         if self.comm.rank == 0:
-            if self._download is None:
+            kept = self.memory.get(artifact_id) if self.memory is not None else None
+            if kept is None and self._download is None:
                 raise RuntimeError("rank 0 needs a download function to restore checkpoints")
             try:
-                with tempfile.TemporaryDirectory(prefix="detol-ckpt-") as tmp:
-                    path = os.path.join(tmp, "checkpoint.pt")
-                    self._download(artifact_id, path)
-                    data = torch.load(path, map_location="cpu", weights_only=True)
+                if kept is not None:  # written by this pool: no file read back
+                    # copies: a restored optimizer may share its tensors, then train them
+                    data = {**kept, "rank_states": [copy_state(s) for s in kept["rank_states"]]}
+                else:
+                    data = self._read(artifact_id)
+                self.restored_from = "memory" if kept is not None else "store"
                 check_compatible(data, config, self.comm.size)
                 states = data.pop("rank_states")
                 if len(states) != self.comm.size:  # another width: training._reshard's rule
@@ -137,6 +159,7 @@ class Checkpointer:
             except Exception as exc:  # noqa: BLE001 - every rank raises the same error
                 payload = [exc] * self.comm.size
         mine = self.comm.scatter(payload, root=0)  # waits for rank 0
+        self.restore_seconds = MPI.Wtime() - began
         if isinstance(mine, Exception):
             raise CheckpointError(f"cannot resume from checkpoint {artifact_id}: {mine}")
         return mine

@@ -71,7 +71,7 @@ def reshard(
     if p == q:
         return list(states)
     if algorithm in ONE_STATE:
-        out = [_copy(states[0]) for _ in range(q)]
+        out = [copy_state(states[0]) for _ in range(q)]
     else:
         out = [_merge([states[i] for i in group]) for group in sources(p, q)]
     for r, state in enumerate(out):
@@ -87,7 +87,7 @@ def _merge(group: list[Any]) -> Any:
     """The group's mean for floating-point tensors; the first member's value for the rest."""
     first = group[0]
     if len(group) == 1:
-        return _copy(first)
+        return copy_state(first)
     if isinstance(first, dict):
         return {k: _merge([g[k] for g in group]) for k in first}
     if isinstance(first, list | tuple):
@@ -95,25 +95,26 @@ def _merge(group: list[Any]) -> Any:
         return type(first)(merged)
     if isinstance(first, torch.Tensor) and first.is_floating_point():
         return torch.stack([g.to(first.dtype) for g in group]).mean(dim=0)
-    return _copy(first)
+    return copy_state(first)
 
 
-def _copy(value: Any) -> Any:
+def copy_state(value: Any) -> Any:
+    """A deep copy of a rank state's tensors, dicts, lists and tuples (the rest is shared)."""
     if isinstance(value, torch.Tensor):
         return value.clone()
     if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
+        return {k: copy_state(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return type(value)(_copy(v) for v in value)
+        return type(value)(copy_state(v) for v in value)
     return value
 
 
 def _keep_streams(state: dict[str, Any], own: dict[str, Any]) -> None:
     if _TORCH_RNG in own:
-        state[_TORCH_RNG] = _copy(own[_TORCH_RNG])
+        state[_TORCH_RNG] = copy_state(own[_TORCH_RNG])
     theirs = own.get(_ALGORITHM)
     if isinstance(theirs, dict) and "rng" in theirs:
-        state[_ALGORITHM]["rng"] = _copy(theirs["rng"])
+        state[_ALGORITHM]["rng"] = copy_state(theirs["rng"])
 
 
 def _fresh_streams(state: dict[str, Any], *, seed: int, rank: int, epoch: int) -> None:

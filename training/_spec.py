@@ -25,6 +25,10 @@ class TrialSpec:
     weights_path: str | None = None
     ask_time: float | None = None
     warm: bool = False  # run on a warm pool of ranks (training._warm_pool) instead of a fresh job
+    # A warm pool this wide serves the trial on a sub-communicator of its first `ranks` ranks,
+    # so segments of one trial at any width up to it share one pool and its memory of their
+    # paused states (training._regroup: the in-place resize); None: a pool of `ranks`.
+    pool_ranks: int | None = None
     checkpoints: dict[str, Any] | None = None  # training._checkpoint.CheckpointPlan as JSON
     resume_from: str | None = None  # artifact id of the checkpoint this trial continues from
     # A user's own loop (training._own_loop): {"function": "pkg.mod:train", "params": {...},

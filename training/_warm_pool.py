@@ -281,8 +281,10 @@ def run_warm_trial(
 ) -> dict[str, Any]:
     """``training.launch.run_trial`` for ``spec.warm``: the same result dict, from a warm pool."""
     started = time.time()
+    # A pool wider than the trial runs it on a sub-communicator (training._regroup).
+    pool_ranks = max(config.ranks, spec.pool_ranks or 0)
     try:
-        launcher = launcher_argv(spec.launcher, config.ranks, spec.env)
+        launcher = launcher_argv(spec.launcher, pool_ranks, spec.env)
     except LauncherNotFound as exc:
         return {"state": "failed", "exit_reason": str(exc), "wall_time_s": 0.0}
     env = job_env(config.threads_per_rank, config.mpi_async_progress, spec.env)  # as cold
@@ -319,7 +321,7 @@ def run_warm_trial(
         result["exit_reason"] = f"{result['exit_reason']}\n{tail(result.pop('traceback'))}"
     wall = time.time() - started
     result["wall_time_s"] = wall
-    result["rank_seconds"] = wall * config.ranks
+    result["rank_seconds"] = wall * config.ranks  # the trial's ranks (a wider pool's others idle)
     result["command"] = shlex.join([*pool.argv, "SOCKET", "PID"])
     result["pool"] = {"pid": pool.pid, "trial": pool.trials_served, "fresh": fresh}
     if spec.ask_time is not None and result.get("first_step_time"):

@@ -36,12 +36,14 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from training._regroup import Shelf, regroup
 from training.worker import WrongRankCount, train_spec
 
 POLL_S = 0.002  # sleep between two Test() calls of a pending control collective
 IDLE_POLL_S = 0.01  # the same while waiting for the next trial
 GRACE_S = 5.0  # how long a rank that raised during training waits for its peers
 PARENT_CHECK_S = 0.5
+SHELF = Shelf()  # rank 0: the paused states of trials this pool served (in-place resize)
 
 
 def _warm_up() -> None:
@@ -156,17 +158,22 @@ def serve_one(ctrl: Any, message: dict[str, Any]) -> dict[str, Any] | None:
     if failed:
         return _failed(errors) if rank == 0 else None
 
-    comm = ctrl.Dup()  # the trial's own communicator: its collectives never meet the pool's
+    # The trial's own communicator, its collectives never meeting the pool's: the pool's first
+    # `ranks` ranks (training._regroup; all of them unless the pool is wider than the trial).
+    # The ranks left out wait in the agreement below until the trial ends.
+    comm = regroup(ctrl, config.ranks if config.ranks <= ctrl.size else ctrl.size)
     out: dict[str, Any] | None = None
-    try:
-        out = train_spec(spec, config, comm, data)  # the cold path's own code
-    except BaseException as exc:  # noqa: BLE001
-        error = _error_text(exc, rank)
-        _write_error(error_dir, rank, error)
+    if comm is not None:
+        try:
+            out = train_spec(spec, config, comm, data, memory=SHELF)  # the cold path's code
+        except BaseException as exc:  # noqa: BLE001
+            error = _error_text(exc, rank)
+            _write_error(error_dir, rank, error)
     failed, errors = _agree(ctrl, error, grace=GRACE_S)
     if failed:  # the trial's requests or window may be pending: no comm.Free, no next trial
         return _failed(errors, retire=True) if rank == 0 else None
-    comm.Free()  # waits for all ranks
+    if comm is not None:
+        comm.Free()  # waits for the trial's ranks
     return out
 
 

@@ -57,8 +57,10 @@ def thread_level() -> str:
     return names.get(MPI.Query_thread(), str(MPI.Query_thread()))
 
 
-def train_spec(spec: Any, config: Any, comm: Any, data: Any = None) -> dict[str, Any] | None:
-    """Train one trial on ``comm`` (this job, or a warm pool's); rank 0 returns the result."""
+def train_spec(spec: Any, config: Any, comm: Any, data: Any = None,
+               memory: Any = None) -> dict[str, Any] | None:
+    """Train one trial on ``comm`` (this job, or a warm pool's); rank 0 returns the result.
+    ``memory``: a warm pool's shelf of paused states (training._regroup), on its rank 0."""
     from training._reporting import trial_reporter
     from training._trainer import Trainer
 
@@ -78,25 +80,29 @@ def train_spec(spec: Any, config: Any, comm: Any, data: Any = None) -> dict[str,
         reporter=reporter,
         objective=spec.objectives[0],
         data=data,
-        checkpointer=make_checkpointer(spec, comm, reporter),
+        checkpointer=make_checkpointer(spec, comm, reporter, memory),
         resume_from=spec.resume_from,
     )
     result = trainer.train()
     if comm.rank != 0:
         return None
+    restored = trainer.checkpointer.restored_from if trainer.checkpointer is not None else ""
     if spec.weights_path:
         import torch
 
         torch.save(trainer.state_dict(), spec.weights_path)
     out = asdict(result)
     out["ranks"] = comm.size
+    if restored:  # how this continuation got its state: "memory" is an in-place resize
+        out["restored_from"] = restored
+        out["restore_s"] = trainer.checkpointer.restore_seconds  # type: ignore[union-attr]
     out["algorithm"] = config.algorithm
     out["mpi_thread_level"] = thread_level()
     out["finish_time"] = time.time()
     return out
 
 
-def make_checkpointer(spec: Any, comm: Any, reporter: Any) -> Any:
+def make_checkpointer(spec: Any, comm: Any, reporter: Any, memory: Any = None) -> Any:
     """The trial's checkpointer (None when the study keeps no checkpoints); rank 0's writes to
     the study's artifact store, linked to the trial ``reporter`` reports to."""
     from training._checkpoint import Checkpointer, CheckpointPlan
@@ -128,7 +134,8 @@ def make_checkpointer(spec: Any, comm: Any, reporter: Any) -> Any:
     def download(artifact_id: str, path: str) -> None:
         download_artifact(artifact_store=store, file_path=path, artifact_id=artifact_id)
 
-    return Checkpointer(plan, comm, upload=upload, download=download, remove=store.remove)
+    return Checkpointer(plan, comm, upload=upload, download=download, remove=store.remove,
+                        memory=memory)
 
 
 def run(spec_data: dict[str, Any]) -> int:

@@ -43,8 +43,15 @@ BATCH_JOB_VARIABLES = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "JOB_ID")
 
 
 def where_it_ran() -> dict[str, str]:
-    """The worker's host and, inside a batch job, the job's id (trial attributes)."""
+    """The worker's host, its Dask address and, inside a batch job, the job's id (trial
+    attributes)."""
     out = {"host": socket.gethostname()}
+    try:
+        from distributed import get_worker
+
+        out["dask_worker"] = get_worker().address
+    except (ImportError, ValueError):  # not inside a Dask task
+        pass
     job = next((os.environ[v] for v in BATCH_JOB_VARIABLES if os.environ.get(v)), None)
     if job:
         out["batch_job"] = job

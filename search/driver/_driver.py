@@ -43,7 +43,7 @@ from search.driver._outcomes import (
     result_values,
 )
 from search.driver._resize import SEGMENTS_ATTR, WIDTH_ATTR, WidenOnPromotion, segments_after
-from search.driver._segments import continue_curve, next_start
+from search.driver._segments import continue_curve, next_start, widen_idle
 from search.driver._study import (
     DRIVER_ATTR,
     HEARTBEAT_S,
@@ -203,6 +203,9 @@ class Driver:
             timeout_s=self.sf.budget.trial_timeout,
             ask_time=ask_time,
             warm=self.sf.launcher.warm,
+            # [resize] on a warm pool: one pool of max_ranks serves every width of a trial, a
+            # continuation it paused restores from the pool's memory (training._regroup).
+            pool_ranks=self.resize.max_ranks if self.resize is not None else None,
             checkpoints=self.checkpoints,
             resume_from=str(resume["id"]) if resume is not None else None,
             own_loop=own_loop,
@@ -214,6 +217,7 @@ class Driver:
             resources={MPI: config.ranks},
             pure=False,
             retries=0,  # the driver decides about retries, never Dask
+            **self._affinity(attrs, spec),
         )
         self._watch(future)
         self.on_event("started", trial, counts, None)
@@ -260,6 +264,22 @@ class Driver:
         self.on_event("started", trial, counts, None)
         start = self.clock.serve() if self.simulated else 0.0  # the driver's work is charged
         return future, Running(trial, 1, sim_start=start)
+
+    def _affinity(self, attrs: dict[str, Any], spec: TrialSpec) -> dict[str, Any]:
+        """A continuation on warm pools goes back to the Dask worker that ran its parent when
+        that worker is idle (else anywhere, not to wait for it): its pool holds the paused
+        state in memory (training._regroup)."""
+        if not (spec.warm and spec.pool_ranks and RESUME_OF_ATTR in attrs) or self.simulated:
+            return {}
+        parent = self.study._storage.get_trial(  # noqa: SLF001 - one trial by number
+            self.study._storage.get_trial_id_from_study_id_trial_number(  # noqa: SLF001
+                self.study._study_id, int(attrs[RESUME_OF_ATTR])))  # noqa: SLF001
+        address = parent.user_attrs.get("dask_worker")
+        try:
+            idle = address is not None and not self.client.processing().get(address, True)
+        except Exception:  # noqa: BLE001 - only a preference: never fail a trial for it
+            idle = False
+        return {"workers": [address], "allow_other_workers": True} if idle else {}
 
     def _watch(self, future: Future) -> None:
         """A real trial's future reports its end to ``_collect`` (the simulated clock waits on
@@ -409,12 +429,15 @@ class Driver:
         """Start trials until ``concurrency`` run or the budget is covered. ``untold`` trials
         configurations have ended but are not told yet: they may still complete, so they count
         as running (an untold continuation is no configuration of the budget)."""
+        def spent() -> bool:
+            configurations = sum(not r.continuation for r in running.values())
+            return counts.finished + configurations + untold >= trials
+
         while counts.failed < self.sf.budget.max_failures and len(running) < concurrency:
             # The rule of pause-and-promote (search.driver._segments.next_start, which the replay
             # runs too): promotions first, they are not new configurations.
-            configurations = sum(not r.continuation for r in running.values())
-            spent = counts.finished + configurations + untold >= trials
-            start = next_start(self.study, self.promoter, budget_spent=spent, resize=self.resize)
+            start = next_start(self.study, self.promoter, budget_spent=spent(),
+                               resize=self.resize)
             if start is None:
                 break
             counts.promoted += start == "continuation"
@@ -424,6 +447,15 @@ class Driver:
                 submitted = self._submit(counts)
             if submitted is not None:
                 running[submitted[0]] = submitted[1]
+        if self.resize is not None and self.resize.idle:
+            # The study's end: slots still idle go to the running trials (the replay's rule too).
+            # Each worker offers max_ranks slots (search.driver._open_cluster); a trial uses its
+            # width of them.
+            slots = self.sf.max_ranks
+            idle = (concurrency - len(running)) * slots + sum(
+                max(0, slots - r.ranks) for r in running.values())
+            widen_idle(self.study, self.promoter, budget_spent=spent(), resize=self.resize,
+                       idle=idle)
         counts.running = len(running)
 
     def run(self, *, trials: int, concurrency: int, timeout: float | None) -> RunCounts:

@@ -42,6 +42,9 @@ RESULT_ATTRS = (
     "sim_time_s",
     "host",
     "batch_job",
+    "dask_worker",  # its address: a continuation is sent back there (its warm pool's memory)
+    "restored_from",  # a continuation's state: "memory" (in place on a warm pool) or "store"
+    "restore_s",
 )
 
 

@@ -17,6 +17,19 @@ ranks (training._reshard), so the learning rate the search chose stays valid, wi
 no linear-scaling rule to tune (a rule that changes the optimisation a rung halfway through
 would make a widened trial's curve incomparable with the narrow ones it is ranked against).
 
+*Idle slots at the study's end* (``idle``, on by default): once the budget of new
+configurations is spent and nothing is left to promote, slots sit idle while the last trials
+train. The running trials then get them, most promising first (the furthest epoch, then the best
+value there: under ASHA, the trials that climbed the most rungs): each is widened by powers of
+``factor`` as far as the idle slots and ``max_ranks`` allow (:func:`idle_widths`). The driver
+marks it (``detol:widen_to``, a system attribute: Optuna caches a running trial's user
+attributes when it opens the trial, its system attributes are read from the storage each time
+the pruner asks); its rank 0 reads the mark when it asks the pruner after its next
+epoch, pauses there (a checkpoint), and the promotion path continues it that wide. A trial with
+fewer than ``idle_min_epochs`` epochs left after its next is not widened (the new job's start
+would cost more than it saves). No new work comes after the budget is spent, so nothing is
+narrowed again.
+
 Every segment is recorded: ``detol:ranks`` (its width) and ``detol:segments`` (the lineage's list
 of ``{"trial", "ranks", "epochs", "rank_seconds"}``), so the budget, ``search best`` and the
 report count rank-seconds at the width each segment really ran.
@@ -24,11 +37,14 @@ report count rank-seconds at the width each segment really ran.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from optuna.trial import FrozenTrial
 
+from search.pruners._promotion import WIDEN_ATTR  # set on a running trial: go on this wide
 from search.pruners._promotion import WIDTH_ATTR  # a segment's width (a queued one: planned)
 
 SEGMENTS_ATTR = "detol:segments"  # the lineage's segments so far, oldest first
@@ -45,6 +61,8 @@ class WidenOnPromotion:
 
     factor: int = 2
     max_ranks: int = 8
+    idle: bool = True  # give idle slots at the study's end to the running trials
+    idle_min_epochs: int = 1  # epochs a trial must have left after its next to be widened
 
     def __post_init__(self) -> None:
         if isinstance(self.factor, bool) or not isinstance(self.factor, int) or self.factor < 1:
@@ -52,6 +70,18 @@ class WidenOnPromotion:
         if isinstance(self.max_ranks, bool) or not isinstance(self.max_ranks, int) \
                 or self.max_ranks < 1:
             raise ValueError(f"max_ranks: expected an integer >= 1, got {self.max_ranks!r}")
+
+    def widest_within(self, ranks: int, slots: int) -> int:
+        """The widest ``ranks * factor**k`` that fits ``slots`` more ranks and ``max_ranks``
+        (``ranks`` itself when none does).
+
+        >>> WidenOnPromotion(factor=2, max_ranks=8).widest_within(1, 5)
+        4
+        """
+        width = ranks
+        while self.factor > 1 and width * self.factor <= min(self.max_ranks, ranks + slots):
+            width *= self.factor
+        return width
 
     def width(self, ranks: int) -> int:
         """The width of the segment after one that ran on ``ranks`` and was promoted (never
@@ -81,7 +111,51 @@ def next_width(policy: WidenOnPromotion | None, parent: FrozenTrial) -> dict[str
     if SEGMENTS_ATTR in parent.user_attrs:
         out[SEGMENTS_ATTR] = parent.user_attrs[SEGMENTS_ATTR]
     if policy is not None:
-        out[WIDTH_ATTR] = policy.width(ran_on(parent))
+        width = policy.width(ran_on(parent))
+        wanted = parent.system_attrs.get(WIDEN_ATTR)  # it paused to take idle slots
+        if isinstance(wanted, int) and not isinstance(wanted, bool):
+            width = max(width, min(wanted, policy.max_ranks))
+        out[WIDTH_ATTR] = width
+    return out
+
+
+def idle_widths(policy: WidenOnPromotion, running: Sequence[FrozenTrial], idle: int, *,
+                epochs: int | None, maximize: bool) -> list[tuple[FrozenTrial, int]]:
+    """The running trials to widen into ``idle`` free slots, each with its new width: most
+    promising first (furthest epoch, then best value there), each as wide as
+    :meth:`WidenOnPromotion.widest_within` allows in what the ones before left. Slots that
+    earlier marks (``WIDEN_ATTR``) already promised are not free. ``epochs``: a trial's last
+    epoch (None: unknown, every trial has epochs left).
+
+    >>> import optuna
+    >>> study = optuna.create_study(direction="maximize")
+    >>> for value in (0.5, 0.9, 0.7):
+    ...     t = study.ask(); t.report(value, 2); t.set_user_attr(WIDTH_ATTR, 1)
+    >>> [(t.number, w) for t, w in idle_widths(WidenOnPromotion(), study.trials, 4,
+    ...                                        epochs=9, maximize=True)]
+    [(1, 4), (2, 2)]
+    """
+    free = idle - sum(max(0, int(t.system_attrs[WIDEN_ATTR]) - ran_on(t))
+                      for t in running if WIDEN_ATTR in t.system_attrs)
+    sign = -1.0 if maximize else 1.0
+
+    def promise(t: FrozenTrial) -> tuple[float, float]:
+        step = t.last_step if t.last_step is not None else 0
+        value = t.intermediate_values.get(step, math.inf if maximize else -math.inf)
+        return (-step, sign * value if math.isfinite(value) else math.inf)
+
+    out: list[tuple[FrozenTrial, int]] = []
+    for t in sorted((t for t in running if WIDEN_ATTR not in t.system_attrs), key=promise):
+        step = t.last_step if t.last_step is not None else 0
+        if free <= 0:
+            break
+        if epochs is not None and epochs - (step + 1) < policy.idle_min_epochs:
+            continue
+        ranks = ran_on(t)
+        width = policy.widest_within(ranks, free)
+        if width > ranks:
+            out.append((t, width))
+            free -= width - ranks
     return out
 
 

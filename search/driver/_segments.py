@@ -6,16 +6,17 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import optuna
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
-from search.driver._resize import WidenOnPromotion, next_width
+from search.driver._resize import WIDEN_ATTR, WidenOnPromotion, idle_widths, next_width
 from search.driver._study import RESUME_FROM_ATTR
 from search.pruners._promotion import LINEAGE_ATTR, LINEAGE_TOTALS, RESUME_OF_ATTR, lineage
 from search.storage._checkpoint_store import artifact_directory, beside_storage
 from training.contract import CHECKPOINT_ATTR, VECTOR_ATTR
 
 __all__ = ["artifact_directory", "beside_storage", "continue_curve", "next_start",
-           "queue_promotion"]
+           "queue_promotion", "widen_idle"]
 
 
 def queue_promotion(
@@ -75,6 +76,36 @@ def next_start(study: optuna.Study, promoter: Any, *, budget_spent: bool,
         if queued is not None:
             return "continuation" if queued == "queued" else "waiting"
     return None
+
+
+def widen_idle(study: optuna.Study, promoter: Any, *, budget_spent: bool,
+               resize: WidenOnPromotion | None, idle: int) -> list[int]:
+    """Give ``idle`` free slots to the running trials (search.driver._resize.idle_widths):
+    called by the driver and the replay once :func:`next_start` has nothing more to start.
+    Only at the study's end (``budget_spent``), with nothing queued (a waiting continuation
+    takes the slots first), and with a policy whose ``idle`` is on. Marks each chosen running
+    trial with ``WIDEN_ATTR``: its rank 0 pauses after its next epoch (the pruner reads the
+    mark), and :func:`queue_promotion` continues it that wide. The numbers of the trials
+    marked now."""
+    if not (budget_spent and idle > 0 and promoter is not None and resize is not None
+            and resize.idle):
+        return []
+    trials = study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))
+    if any(t.state == TrialState.WAITING for t in trials):
+        return []
+    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE \
+        if len(study.directions) == 1 else True
+    marks = idle_widths(resize, trials, idle, epochs=getattr(promoter, "max_resource", None),
+                        maximize=maximize)
+    storage = study._storage  # noqa: SLF001 - a running trial's attribute, by its id
+    marked = []
+    for trial, width in marks:
+        try:
+            storage.set_trial_system_attr(trial._trial_id, WIDEN_ATTR, width)  # noqa: SLF001
+        except UpdateFinishedTrialError:
+            continue  # it ended meanwhile (its job told it): nothing to widen
+        marked.append(trial.number)
+    return marked
 
 
 def continue_curve(

@@ -40,6 +40,10 @@ from optuna.trial import FrozenTrial, TrialState
 PAUSED_ATTR = "detol:paused_at"  # the epoch at which a (PRUNED) trial paused
 RESUME_OF_ATTR = "detol:resume_of"  # the number of the paused trial this one continues
 WIDTH_ATTR = "detol:ranks"  # the ranks a segment runs on (search.driver._resize)
+# Set by the driver on a running trial when the study's end leaves slots idle
+# (search.driver._segments.widen_idle): pause at the next epoch's end, go on this wide. A system
+# attribute: a running trial's rank 0 reads those from the storage, its user attributes cached.
+WIDEN_ATTR = "detol:widen_to"
 LINEAGE_ATTR = "detol:lineage"  # the number of the lineage's first trial
 # The work of a whole lineage up to and including a trial (earlier segments + its own): what
 # `search best`, the report and the export show for a promoted trial, carried from a paused
@@ -164,17 +168,20 @@ class PromotingHalving(optuna.pruners.BasePruner):
         if self.max_resource is not None and epoch >= self.max_resource:
             return False
         n = lineage(trial)
+        width = int(trial.user_attrs.get(WIDTH_ATTR, self.widen_until))
+        # Idle slots at the study's end: this trial is to go on wider (a value, not a rung's).
+        wanted = int(trial.system_attrs.get(WIDEN_ATTR, 0)) > width
         trials = study.get_trials(deepcopy=False)
         configurations = configuration_numbers(trials) if self.brackets > 1 else {}
         bracket = self._bracket_of(n, configurations)
         if not self._is_rung(bracket, epoch):
-            return False
+            return wanted
         values = self._rung_values(trials, epoch, bracket, configurations)
         values[n] = trial.intermediate_values[epoch]  # this very report, however it is stored
         if n not in self._top(values, study.direction):
             return True
         # Promoted: a trial that is to run wider pauses now and continues on its new width.
-        return int(trial.user_attrs.get(WIDTH_ATTR, self.widen_until)) < self.widen_until
+        return width < self.widen_until or wanted
 
     def promotable(self, study: optuna.Study, *, finishing: bool = False) -> list[FrozenTrial]:
         """Paused trials whose configuration is now in its rung's top ``1/eta`` and not yet
@@ -183,12 +190,17 @@ class PromotingHalving(optuna.pruners.BasePruner):
         ``finishing``: no new configuration will start (the budget is spent), so no rung will
         grow any more; each rung's top is then at least its best configuration. Without this,
         a finite study whose top rung holds fewer than eta configurations would end with none
-        trained to the last epoch."""
+        trained to the last epoch.
+
+        A trial that paused between rungs because the driver asked it to go on wider
+        (``WIDEN_ATTR``: idle slots at the study's end) was judged by no rung: it is promotable
+        as it is (at a rung, the rung judges it as any other)."""
         trials = study.get_trials(deepcopy=False)
         continued = continued_parents(trials)
         configurations = configuration_numbers(trials) if self.brackets > 1 else {}
         sign = -1.0 if study.direction == StudyDirection.MAXIMIZE else 1.0
         candidates: list[tuple[FrozenTrial, int, int, tuple[int, int]]] = []
+        widening: list[tuple[FrozenTrial, int]] = []  # paused between rungs to go on wider
         for t in trials:
             if t.state != TrialState.PRUNED or PAUSED_ATTR not in t.user_attrs:
                 continue
@@ -196,7 +208,11 @@ class PromotingHalving(optuna.pruners.BasePruner):
                 continue
             epoch = int(t.user_attrs[PAUSED_ATTR])
             n = lineage(t)
-            candidates.append((t, epoch, n, (epoch, self._bracket_of(n, configurations))))
+            bracket = self._bracket_of(n, configurations)
+            if WIDEN_ATTR in t.system_attrs and not self._is_rung(bracket, epoch):
+                widening.append((t, epoch))  # no rung judged it: it paused only to widen
+                continue
+            candidates.append((t, epoch, n, (epoch, bracket)))
         # Every rung the candidates paused at, read in one pass over the trials (the driver asks
         # this whenever a worker is free: one pass, not one per rung).
         values: dict[tuple[int, int], dict[int, float]] = {c[3]: {} for c in candidates}
@@ -217,6 +233,8 @@ class PromotingHalving(optuna.pruners.BasePruner):
         out: list[tuple[int, float, FrozenTrial]] = [
             (-epoch, sign * t.intermediate_values[epoch], t)
             for t, epoch, n, key in candidates if n in tops[key]]
+        out += [(-epoch, sign * t.intermediate_values.get(epoch, 0.0), t)
+                for t, epoch in widening]
         out.sort(key=lambda item: (item[0], item[1], item[2].number))
         return [t for _, _, t in out]
 

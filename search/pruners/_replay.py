@@ -43,7 +43,7 @@ import optuna
 from optuna.trial import TrialState
 
 from search.driver._resize import WIDTH_ATTR, WidenOnPromotion
-from search.driver._segments import continue_curve, next_start
+from search.driver._segments import continue_curve, next_start, widen_idle
 from search.driver._study import RESUME_FROM_ATTR
 from search.pruners._promotion import PAUSED_ATTR
 from search.simulated._clock import SimClock
@@ -71,6 +71,9 @@ class ReplayRun:
     completions: list[tuple[float, float, int]] = field(default_factory=list)
     rank_time: float = 0.0  # simulated slot-time spent training (width x epoch time)
     widths: list[int] = field(default_factory=list)  # each trial's width, in the order it ended
+    widened: int = 0  # running trials given idle slots at the study's end (resize.idle)
+    # when the last new configuration started: the study's tail is time - this
+    last_configuration_start: float = 0.0
     study: optuna.Study | None = field(default=None, repr=False)
 
 
@@ -140,6 +143,8 @@ class _Replay:
         self.completions: list[tuple[float, float, int]] = []
         self.rank_time = 0.0
         self.widths: list[int] = []
+        self.widened = 0  # running trials given idle slots at the study's end
+        self.last_configuration_start: float | None = None
 
     @property
     def now(self) -> float:
@@ -160,6 +165,7 @@ class _Replay:
         ``config``."""
         if config is not None:
             self.study.enqueue_trial({CONFIG_PARAM: config})
+            self.last_configuration_start = self.now
         trial = self.study.ask()
         config = trial.suggest_int(CONFIG_PARAM, 0, len(self.curves) - 1)  # the enqueued value
         first = 1
@@ -177,19 +183,25 @@ class _Replay:
         self._schedule(trial, config, first, self.restart if first > 1 else 0.0)
 
     def _fill(self) -> None:
-        """Free workers: what the driver starts (search.driver._segments.next_start)."""
+        """Free workers: what the driver starts (search.driver._segments.next_start), then
+        the slots still idle to the running trials (``widen_idle``), as the driver does."""
         while self.used < self.concurrency:
             start = next_start(self.study, self.promoter, budget_spent=not self.queue,
                                resize=self.resize)
             if start is None:
-                return
+                break
             if start != "configuration" and self._queued_width() > self.concurrency - self.used:
                 return  # the promotion waits for its slots; nothing starts ahead of it
             if start == "configuration":
-                self._start(self.queue.popleft())
+                # A configuration's start changes nothing the promoter reads (no report, no
+                # pause): the answer holds for every free slot while the budget lasts.
+                while self.queue and self.used < self.concurrency:
+                    self._start(self.queue.popleft())
             else:
                 self.counts["promotions"] += start == "continuation"
                 self._start(None)
+        self.widened += len(widen_idle(self.study, self.promoter, budget_spent=not self.queue,
+                                       resize=self.resize, idle=self.concurrency - self.used))
 
     def _queued_width(self) -> int:
         """The width of the continuation the next ``ask`` takes (the oldest waiting trial)."""
@@ -207,7 +219,20 @@ class _Replay:
         self.used -= width
         self.running -= 1
 
-    def _epoch_end(self, trial: optuna.Trial, config: int, epoch: int) -> None:
+    def _at_rung(self, epoch: int) -> bool:
+        """Whether a report at ``epoch`` can change the promoter's answer: it reads values at
+        rungs only (any bracket's, to be safe); a pruner that does not pause reads none."""
+        if self.promoter is None:
+            return False
+        rungs = getattr(self.promoter, "rung_epochs", None)
+        if rungs is None:
+            return True
+        return any(epoch in rungs(b, epoch + 1)
+                   for b in range(int(getattr(self.promoter, "brackets", 1))))
+
+    def _epoch_end(self, trial: optuna.Trial, config: int, epoch: int) -> bool:
+        """Play one epoch's end; True when it can change what starts next (the trial ended,
+        freeing its slots, or reported at a rung), False when ``_fill`` would find the same."""
         curve = self.curves[config]
         value = float(curve[epoch - 1])
         self.spent += 1
@@ -216,7 +241,7 @@ class _Replay:
         if not math.isfinite(value) or (epoch == len(curve) and epoch < self.epochs):
             self.study.tell(trial, state=TrialState.FAIL)  # diverged: the trainer fails it
             self._end(trial, config, epoch, "failed")
-            return
+            return True
         trial.report(value, epoch)
         decision = trial.should_prune()  # asked every epoch, the last too, as the reporter does
         if epoch == self.epochs:
@@ -225,6 +250,7 @@ class _Replay:
             self._end(trial, config, epoch, "complete")
         elif not decision:
             self._schedule(trial, config, epoch + 1)
+            return self._at_rung(epoch)
         elif self.pauses:
             trial.set_user_attr(PAUSED_ATTR, epoch)
             trial.set_user_attr(CHECKPOINT_ATTR, {"id": f"replay-{trial.number}", "epoch": epoch})
@@ -233,14 +259,15 @@ class _Replay:
         else:
             self.study.tell(trial, state=TrialState.PRUNED)
             self._end(trial, config, epoch, "stopped")
+        return True
 
     def run(self) -> ReplayRun:
         self._fill()
         while self.heap:
             end, _, trial, config, epoch = heapq.heappop(self.heap)
             self.clock.advance_to(end)
-            self._epoch_end(trial, config, epoch)
-            self._fill()  # also retries idle workers: a report may make a paused trial promotable
+            if self._epoch_end(trial, config, epoch):
+                self._fill()  # also idle workers: a rung's report may make a pause promotable
         complete = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         incumbent = regret = None
         if complete:
@@ -256,6 +283,8 @@ class _Replay:
             completions=self.completions,
             rank_time=self.rank_time,
             widths=self.widths,
+            widened=self.widened,
+            last_configuration_start=self.last_configuration_start or 0.0,
             study=self.study,
             **self.counts,
         )

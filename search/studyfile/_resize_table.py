@@ -9,6 +9,7 @@
     [resize]
     factor = 2       # each promotion runs the trial twice as wide ...
     max_ranks = 8    # ... up to 8 ranks
+    idle = true      # and at the study's end, idle slots widen the running trials
 
 The policy is search.driver._resize.WidenOnPromotion; the checkpoints that carry a trial to its
 new width are training._reshard's. Checked against the rest of the study file by
@@ -39,8 +40,14 @@ class Resize(BaseModel):
         "slots (the cluster is sized for it)",
     )
 
+    idle: bool = Field(
+        True, description="at the study's end, when the budget of new configurations is spent "
+        "and slots sit idle, the running trials take them, most promising first: each pauses "
+        "after its next epoch and goes on wider from its checkpoint",
+    )
+
     def to_json(self) -> dict[str, Any]:
-        return {"factor": self.factor, "max_ranks": self.max_ranks}
+        return {"factor": self.factor, "max_ranks": self.max_ranks, "idle": self.idle}
 
 
 def resize_problems(sf: Any) -> list[StudyError]:

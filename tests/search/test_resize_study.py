@@ -11,7 +11,7 @@ import pytest
 from optuna.trial import TrialState
 
 from search._errors import StudyError
-from search.driver._resize import SEGMENTS_ATTR, WIDTH_ATTR
+from search.driver._resize import SEGMENTS_ATTR, WIDEN_ATTR, WIDTH_ATTR
 from search.driver._study import RETRY_ATTR
 from search.pruners._promotion import RESUME_OF_ATTR
 from search.studyfile._study_file import parse_study
@@ -59,14 +59,14 @@ def test_promoted_trials_continue_wider_from_their_narrow_checkpoints(tmp_path: 
         [pruner]
         name = "asha"
         promote = true
-        min_epochs = 1
+        min_epochs = 2
         reduction_factor = 2
         [resize]
         factor = 2
         max_ranks = 2
         [training]
         dataset = "digits"
-        epochs = 3
+        epochs = 4
         ranks = 1
         hidden = 16
         [space]
@@ -113,3 +113,17 @@ def test_promoted_trials_continue_wider_from_their_narrow_checkpoints(tmp_path: 
             t.user_attrs["detol:lineage_rank_seconds"])
         # Sync on 2 ranks continues the 1-rank run: the curve goes on as one rank's would.
         assert t.user_attrs["history"][-1]["val_accuracy"] > 0.5
+    # The study's end (the 4th configuration started, slots idle in the workers): the running
+    # 1-rank trials were marked to take them, paused between rungs (the only rung is epoch 2)
+    # and went on 2 ranks wide from their checkpoints. The driver marks a trial right after
+    # submitting it; a cold job's imports (seconds) come before its first report.
+    marked = [t for t in trials if WIDEN_ATTR in t.system_attrs]
+    assert marked and all(t.system_attrs[WIDEN_ATTR] == 2 for t in marked)
+    between = [t for t in continuations
+               if by_number[t.user_attrs[RESUME_OF_ATTR]].user_attrs["detol:paused_at"] != 2]
+    assert between, "no trial paused between rungs to take idle slots"
+    for t in between:
+        assert WIDEN_ATTR in by_number[t.user_attrs[RESUME_OF_ATTR]].system_attrs
+        assert t.user_attrs["ranks"] == 2
+    # Cold jobs: every continuation read its checkpoint file (no warm pool holds it).
+    assert all(t.user_attrs["restored_from"] == "store" for t in continuations)
