@@ -113,11 +113,11 @@ def taylor_batch(group: Group) -> torch.Tensor:
     ``sum(y * dL/dy) = sum(w * dL/dw) + b * dL/db`` for an affine map. Before a batch norm the
     sum is 0 (the norm undoes any scaling of its input), so the norm's output is measured."""
     layer = output_layer(group)
-    total = torch.zeros(group.width, dtype=torch.float64)
+    total = torch.zeros(group.width, dtype=torch.float64, device=layer.weight.device)
     for p in (layer.weight, getattr(layer, "bias", None)):
         if p is not None and p.grad is not None:
-            total += (p.detach() * p.grad).reshape(group.width, -1).sum(1).double().cpu()
-    return total.abs()
+            total += (p.detach() * p.grad).reshape(group.width, -1).sum(1).double()
+    return total.abs()  # on the model's device: no copy to the host at every step
 
 
 def importance(group: Group, criterion: str) -> torch.Tensor:
@@ -256,7 +256,7 @@ class UnitPruning:
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint keeps beyond the widths: taylor's sums so far (a resumed run
         prunes by the batches it did not run again)."""
-        return {"taylor": [t.clone() for t in self.taylor]}
+        return {"taylor": [t.cpu().clone() for t in self.taylor]}
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
         if state is not None:
@@ -271,7 +271,8 @@ class UnitPruning:
         found = groups(model, self.config.units)
         if self.collecting:
             for k, g in enumerate(found):
-                self.taylor[k] += taylor_batch(g)
+                batch = taylor_batch(g)
+                self.taylor[k] = self.taylor[k].to(batch.device) + batch
         if not self.active:
             return
         for g in found:
@@ -288,7 +289,7 @@ class UnitPruning:
         fraction = self.events.get(epoch, 0.0)
         found = groups(model, self.config.units)
         if self.config.criterion == "taylor":
-            local = self.taylor
+            local = [t.cpu() for t in self.taylor]
         else:
             local = [importance(g, self.config.criterion) for g in found]
         scores = agreed(local, self.comm)  # waits for all ranks
