@@ -9,7 +9,8 @@ final FLOPs per sample, training seconds), one per seed:
 - ``dense``: the full model (the stack conv32/conv64/dense128);
 - ``scratch@t``: the model whose every layer is ``1 - t`` as wide, trained from scratch (the
   benchmark's ``at-start`` variant: its units removed before the first batch);
-- ``pruned@t``: the full model pruned during training to the same widths (``taylor-cubic``).
+- ``pruned@t``: the full model pruned during training to the same widths (``--pruned``: the
+  variant ``l1`` unless told, steps at the start of epochs 2 and 3).
 
 Two studies with the same sampler (Optuna's multi-objective TPE, the tpe a two-objective detol
 study runs), the same seed and the same budget of training seconds:
@@ -47,24 +48,29 @@ MEASURED = HERE / "results" / "pruning_training.json"
 REFERENCE = np.array([1.0, 1.1])  # (error, FLOPs / dense FLOPs): worse than every outcome
 
 
-def table(results: dict[str, Any], dataset: str) -> dict[str, list[dict[str, float]]]:
-    """``{configuration: [outcome per measured run]}`` for ``dataset`` (sync runs)."""
+def table(results: dict[str, Any], dataset: str,
+          pruned: str = "l1") -> dict[str, list[dict[str, float]]]:
+    """``{configuration: [outcome per measured run]}`` for ``dataset`` (sync runs; ``pruned``:
+    the variant that stands for pruning during training)."""
     out: dict[str, list[dict[str, float]]] = {}
+    seen: set[tuple[Any, ...]] = set()  # a launch's dense runs stand in each variant's entry
     for key, entry in results.items():
         name, algorithm, variant = key.split("/")
         kind, _, target = variant.partition("@")
         if name != dataset or algorithm != "sync":
             continue
-        label = {"at-start": "scratch", "taylor-cubic": "pruned"}.get(kind)
+        label = {"at-start": "scratch", pruned: "pruned"}.get(kind)
         for row in entry["runs"]:
             config = "dense" if row["kind"] == "dense" else f"{label}@{target}"
-            if row["kind"] != "dense" and label is None:
+            if (row["kind"] != "dense" and label is None) or (
+                    config == "dense" and (row["seed"], row["train_time_s"]) in seen):
                 continue
+            seen.add((row["seed"], row["train_time_s"]))
             out.setdefault(config, []).append(
                 {"error": 1.0 - row["val_accuracy"], "flops": row["flops"],
                  "seconds": row["train_time_s"]})
     if "dense" not in out:
-        raise SystemExit(f"error: {MEASURED}: no measured sync runs for {dataset!r}")
+        raise SystemExit(f"error: no measured sync runs for {dataset!r} in the measured JSON")
     return out
 
 
@@ -101,13 +107,16 @@ def hypervolume(points: np.ndarray) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="mnist1d")
+    parser.add_argument("--pruned", default="l1", help="the pruning variant searched")
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--budget", type=float, default=6.0,
                         help="training budget in dense trainings (their mean seconds)")
+    parser.add_argument("--measured", type=Path, default=MEASURED,
+                        help="pruning_training.py's JSON (the measured runs)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    runs = table(json.loads(MEASURED.read_text())["results"], args.dataset)
+    runs = table(json.loads(args.measured.read_text())["results"], args.dataset, args.pruned)
     budget_s = args.budget * statistics.fmean(r["seconds"] for r in runs["dense"])
     rows = []
     for seed in range(args.seeds):
@@ -119,7 +128,7 @@ def main() -> None:
     ratios = [r["hv_with"] / r["hv_without"] for r in rows]
     se = statistics.stdev(ratios) / len(ratios) ** 0.5
     summary = {
-        "dataset": args.dataset, "budget_dense_trainings": args.budget, "budget_s": budget_s,
+        "dataset": args.dataset, "pruned_variant": args.pruned, "budget_dense_trainings": args.budget, "budget_s": budget_s,
         "reference_point": REFERENCE.tolist(), "simulation_seeds": args.seeds,
         "configurations": {k: {"runs": len(v),
                                "error": statistics.fmean(r["error"] for r in v),
