@@ -7,7 +7,8 @@ neurons removed by the last step), back to back in an order rotated by the seed 
 cancel. The variants: ``l1`` (the first schedule: steps at epochs 2 and 3, linear, l1 with
 sparsity 1e-4), ``l1-cubic`` and ``taylor-cubic`` (three steps at epochs 2-4, cubic: most of the
 cut at epoch 2), and ``at-start`` (all of it before the first batch: the small model trained
-from scratch, the control that tells capacity from the pruning mechanism). Figures per seed,
+from scratch, the control that tells capacity from the pruning mechanism); ``l1-late`` is ``l1``
+two epochs later (steps at epochs 4 and 5). Figures per seed,
 each variant against the dense run of the same seed: the ratio of the trainer's own training seconds
 (``train_time_s``, evaluations included, launch excluded), the ratio of the final per-sample
 FLOPs, and the gap in final validation accuracy (dense minus pruned, in points); over seeds:
@@ -55,6 +56,7 @@ VARIANTS = {
     "taylor-cubic": {"target": TARGET, "start_epoch": 2, "end_epoch": 4, "steps": 3,
                      "schedule": "cubic", "criterion": "taylor"},
     "at-start": {"target": TARGET, "start_epoch": 1, "end_epoch": 1, "steps": 1},
+    "l1-late": {"target": TARGET, "start_epoch": 4, "end_epoch": 5, "steps": 2, "sparsity": 1e-4},
 }
 CASES = {  # the cheap one first: a long run under load keeps what finished
     "mnist1d": {"dataset": "mnist1d", "lr": 0.05},
@@ -143,6 +145,7 @@ def run(quick: bool, seeds: dict[str, int], algorithms: list[str], variants: dic
     """Every case; ``save(figures so far)`` after each one (a long run keeps what it has)."""
     epochs = 4 if quick else 8
     cases = {k: v for k, v in CASES.items() if k == "mnist1d"} if quick else CASES
+    variants = {k: v for k, v in variants.items() if v["end_epoch"] <= epochs}
     load_before = os.getloadavg()
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="detol-prune-bench-") as tmp:
