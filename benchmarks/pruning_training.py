@@ -96,8 +96,9 @@ def rank_job(spec_path: str, out: str) -> None:
                          "flops": result.flops, "n_params": result.n_params,
                          "val_accuracy": result.values["val_accuracy"],
                          "flops_per_epoch": [r["flops"] for r in result.history]})
-    if comm.rank == 0:
-        Path(out).write_text(json.dumps(rows))
+            if comm.rank == 0:  # after every run: a job stopped under load keeps what finished
+                Path(out + ".tmp").write_text(json.dumps(rows))
+                Path(out + ".tmp").replace(out)
 
 
 def _launch(config: dict[str, Any], seeds: list[int], variants: dict[str, Any], tmp: Path,
