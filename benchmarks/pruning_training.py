@@ -20,7 +20,15 @@ signals of 40) with 1-D conv32-pool, conv64-pool, dense128.
 
 Command::
 
-    python benchmarks/pruning_training.py [--quick] [--json PATH] [--seeds N]
+    python benchmarks/pruning_training.py [--quick] [--json PATH] [--seeds N] [--merge]
+        [--cases mnist1d,fashion-mnist] [--algorithms sync,asgd] [--variants l1,...]
+        [--target T] [--fashion-train N]
+
+The figures of ``results/pruning_training.json`` (2026-11-26) are six launches, each ``--seeds 5
+--algorithms sync``: mnist1d with ``--variants l1,l1-cubic,taylor-cubic,at-start``, with
+``l1,at-start`` at ``--target 0.3`` and at ``0.8``, with ``l1-late``; Fashion-MNIST
+(``--fashion-train 2000``) with ``l1`` and with ``taylor-cubic,at-start``. ``--merge`` puts
+launches into one file (the per-launch load is in each entry).
 """
 
 from __future__ import annotations
