@@ -1,10 +1,15 @@
 """Pruning during training against the dense run: wall time, FLOPs and validation accuracy.
 
 What is measured: the real trainer (``training._trainer.Trainer``, the loop every trial runs) on
-2 MPI ranks (``mpiexec -n 2``), for each dataset, algorithm and seed the same configuration twice,
-dense and with ``[training] prune`` (channels and neurons removed at the start of epochs 2 and 3,
-60 % of each layer's units by epoch 3, l1 criterion, sparsity 1e-4), back to back in alternating
-order so load drifts cancel. Figures per seed: the ratio of the trainer's own training seconds
+2 MPI ranks (``mpiexec -n 2``), for each dataset, algorithm and seed the same configuration dense
+and with each ``[training] prune`` variant of ``VARIANTS`` (60 % of each layer's channels and
+neurons removed by the last step), back to back in an order rotated by the seed so load drifts
+cancel. The variants: ``l1`` (the first schedule: steps at epochs 2 and 3, linear, l1 with
+sparsity 1e-4), ``l1-cubic`` and ``taylor-cubic`` (three steps at epochs 2-4, cubic: most of the
+cut at epoch 2), and ``at-start`` (all of it before the first batch: the small model trained
+from scratch, the control that tells capacity from the pruning mechanism); ``l1-late`` is ``l1``
+two epochs later (steps at epochs 4 and 5). Figures per seed,
+each variant against the dense run of the same seed: the ratio of the trainer's own training seconds
 (``train_time_s``, evaluations included, launch excluded), the ratio of the final per-sample
 FLOPs, and the gap in final validation accuracy (dense minus pruned, in points); over seeds:
 mean and standard error.
@@ -15,7 +20,15 @@ signals of 40) with 1-D conv32-pool, conv64-pool, dense128.
 
 Command::
 
-    python benchmarks/pruning_training.py [--quick] [--json PATH] [--seeds N]
+    python benchmarks/pruning_training.py [--quick] [--json PATH] [--seeds N] [--merge]
+        [--cases mnist1d,fashion-mnist] [--algorithms sync,asgd] [--variants l1,...]
+        [--target T] [--fashion-train N]
+
+The figures of ``results/pruning_training.json`` (2026-11-26) are six launches, each ``--seeds 5
+--algorithms sync``: mnist1d with ``--variants l1,l1-cubic,taylor-cubic,at-start``, with
+``l1,at-start`` at ``--target 0.3`` and at ``0.8``, with ``l1-late``; Fashion-MNIST
+(``--fashion-train 2000``) with ``l1`` and with ``taylor-cubic,at-start``. ``--merge`` puts
+launches into one file (the per-launch load is in each entry).
 """
 
 from __future__ import annotations
@@ -43,8 +56,16 @@ def _layer(kind: str, width: int, **conv: Any) -> dict[str, Any]:
 
 STACK = {"family": "stack", "layers": [_layer("conv", 32), _layer("conv", 64),
                                        _layer("dense", 128)]}
-PRUNE = {"target": float(os.environ.get("DETOL_BENCH_PRUNE_TARGET", "0.6")),
-         "start_epoch": 2, "end_epoch": 3, "steps": 2, "sparsity": 1e-4}
+TARGET = 0.6  # of each layer's units, by the last step (--target)
+VARIANTS = {
+    "l1": {"target": TARGET, "start_epoch": 2, "end_epoch": 3, "steps": 2, "sparsity": 1e-4},
+    "l1-cubic": {"target": TARGET, "start_epoch": 2, "end_epoch": 4, "steps": 3,
+                 "schedule": "cubic", "sparsity": 1e-4},
+    "taylor-cubic": {"target": TARGET, "start_epoch": 2, "end_epoch": 4, "steps": 3,
+                     "schedule": "cubic", "criterion": "taylor"},
+    "at-start": {"target": TARGET, "start_epoch": 1, "end_epoch": 1, "steps": 1},
+    "l1-late": {"target": TARGET, "start_epoch": 4, "end_epoch": 5, "steps": 2, "sparsity": 1e-4},
+}
 CASES = {  # the cheap one first: a long run under load keeps what finished
     "mnist1d": {"dataset": "mnist1d", "lr": 0.05},
     "fashion-mnist": {"dataset": "pruning_training:fashion_subset", "lr": 0.05},
@@ -72,25 +93,28 @@ def rank_job(spec_path: str, out: str) -> None:
     comm = MPI.COMM_WORLD
     spec = json.loads(Path(spec_path).read_text())
     rows = []
+    kinds = ["dense", *spec["variants"]]
     for seed in spec["seeds"]:
-        order = ("dense", "pruned") if seed % 2 == 0 else ("pruned", "dense")
-        for kind in order:
+        shift = seed % len(kinds)
+        for kind in kinds[shift:] + kinds[:shift]:
             config = TrainConfig(**spec["config"], seed=seed, ranks=comm.size,
-                                 prune=PRUNE if kind == "pruned" else None)
+                                 prune=spec["variants"].get(kind))
             result = Trainer(config, comm).train()
             rows.append({"seed": seed, "kind": kind, "train_time_s": result.train_time_s,
                          "flops": result.flops, "n_params": result.n_params,
                          "val_accuracy": result.values["val_accuracy"],
                          "flops_per_epoch": [r["flops"] for r in result.history]})
-    if comm.rank == 0:
-        Path(out).write_text(json.dumps(rows))
+            if comm.rank == 0:  # after every run: a job stopped under load keeps what finished
+                Path(out + ".tmp").write_text(json.dumps(rows))
+                Path(out + ".tmp").replace(out)
 
 
-def _launch(config: dict[str, Any], seeds: list[int], tmp: Path, tag: str) -> list[dict]:
+def _launch(config: dict[str, Any], seeds: list[int], variants: dict[str, Any], tmp: Path,
+            tag: str) -> list[dict]:
     from training.launch import launcher_argv
 
     spec, out = tmp / f"{tag}-spec.json", tmp / f"{tag}-out.json"
-    spec.write_text(json.dumps({"config": config, "seeds": seeds}))
+    spec.write_text(json.dumps({"config": config, "seeds": seeds, "variants": variants}))
     argv = launcher_argv("mpiexec -n {ranks}", 2) + [
         sys.executable, str(Path(__file__).resolve()), "--rank-job", str(spec), str(out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1",
@@ -106,11 +130,11 @@ def _summary(xs: list[float]) -> dict[str, float]:
     return {"mean": statistics.fmean(xs), "se": se, "values": xs}
 
 
-def _compare(rows: list[dict]) -> dict[str, Any]:
+def _compare(rows: list[dict], variant: str) -> dict[str, Any]:
     by = {(r["seed"], r["kind"]): r for r in rows}
     seeds = sorted({r["seed"] for r in rows})
     d = [by[(s, "dense")] for s in seeds]
-    p = [by[(s, "pruned")] for s in seeds]
+    p = [by[(s, variant)] for s in seeds]
     return {
         "wall_ratio": _summary([b["train_time_s"] / a["train_time_s"] for a, b in zip(d, p)]),
         "flops_ratio": _summary([b["flops"] / a["flops"] for a, b in zip(d, p)]),
@@ -121,15 +145,16 @@ def _compare(rows: list[dict]) -> dict[str, Any]:
         "pruned_accuracy": _summary([b["val_accuracy"] for b in p]),
         "dense_train_time_s": _summary([a["train_time_s"] for a in d]),
         "pruned_train_time_s": _summary([b["train_time_s"] for b in p]),
-        "runs": rows,
+        "runs": [r for r in rows if r["kind"] in ("dense", variant)],
     }
 
 
-def run(quick: bool, seeds: dict[str, int], algorithms: list[str],
+def run(quick: bool, seeds: dict[str, int], algorithms: list[str], variants: dict[str, Any],
         save: Any = None) -> dict[str, Any]:
     """Every case; ``save(figures so far)`` after each one (a long run keeps what it has)."""
-    epochs = 3 if quick else 8
+    epochs = 4 if quick else 8
     cases = {k: v for k, v in CASES.items() if k == "mnist1d"} if quick else CASES
+    variants = {k: v for k, v in variants.items() if v["end_epoch"] <= epochs}
     load_before = os.getloadavg()
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="detol-prune-bench-") as tmp:
@@ -137,22 +162,31 @@ def run(quick: bool, seeds: dict[str, int], algorithms: list[str],
             for algorithm in algorithms:
                 config = {**case, "epochs": epochs, "genome": STACK, "batch_size": 64,
                           "algorithm": algorithm, "send_every": 4}
-                rows = _launch(config, list(range(seeds[name])), Path(tmp), f"{name}-{algorithm}")
-                results[f"{name}/{algorithm}"] = _compare(rows)
-                c = results[f"{name}/{algorithm}"]
-                print(f"{name:14s} {algorithm:5s} wall {c['wall_ratio']['mean']:.3f}x "
-                      f"(se {c['wall_ratio']['se']:.3f})  flops {c['flops_ratio']['mean']:.3f}x  "
-                      f"accuracy gap {c['accuracy_gap_points']['mean']:+.2f} points "
-                      f"(se {c['accuracy_gap_points']['se']:.2f}; dense "
-                      f"{100 * c['dense_accuracy']['mean']:.2f}%)", flush=True)
+                load = [os.getloadavg()[0]]
+                rows = _launch(config, list(range(seeds[name])), variants, Path(tmp),
+                               f"{name}-{algorithm}")
+                load.append(os.getloadavg()[0])
+                for variant, table in variants.items():
+                    key = f"{name}/{algorithm}/{variant}@{table['target']}"
+                    c = results[key] = {**_compare(rows, variant), "prune": table,
+                                        "loadavg_1min_before_after": load, "config": config}
+                    if name == "fashion-mnist":
+                        c["train_images"] = int(os.environ.get("DETOL_BENCH_FASHION_TRAIN",
+                                                               FASHION_TRAIN))
+                    print(f"{name:14s} {algorithm:5s} {variant:13s} wall "
+                          f"{c['wall_ratio']['mean']:.3f}x (se {c['wall_ratio']['se']:.3f})  "
+                          f"flops {c['flops_ratio']['mean']:.3f}x  accuracy gap "
+                          f"{c['accuracy_gap_points']['mean']:+.2f} points (se "
+                          f"{c['accuracy_gap_points']['se']:.2f}; dense "
+                          f"{100 * c['dense_accuracy']['mean']:.2f}%)", flush=True)
                 if save is not None:
-                    save(_figures(epochs, seeds, results, load_before))
-    return _figures(epochs, seeds, results, load_before)
+                    save(_figures(epochs, seeds, variants, results, load_before))
+    return _figures(epochs, seeds, variants, results, load_before)
 
 
-def _figures(epochs: int, seeds: dict[str, int], results: dict[str, Any],
-             load_before: tuple[float, ...]) -> dict[str, Any]:
-    return {"epochs": epochs, "seeds": seeds, "ranks": 2, "prune": PRUNE, "genome": STACK,
+def _figures(epochs: int, seeds: dict[str, int], variants: dict[str, Any],
+             results: dict[str, Any], load_before: tuple[float, ...]) -> dict[str, Any]:
+    return {"epochs": epochs, "seeds": seeds, "ranks": 2, "variants": variants, "genome": STACK,
             "results": results,
             "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
             "goals": {"wall_ratio": "<= 0.60", "flops_ratio": "<= 0.35",
@@ -171,13 +205,16 @@ def main() -> None:
                         help="seeds for Fashion-MNIST (default: --seeds); the slow one")
     parser.add_argument("--algorithms", default="sync,asgd")
     parser.add_argument("--target", type=float, default=None, help="prune target (0.6)")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="prune variants to run")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the results of other cases/variants already in --json")
     parser.add_argument("--cases", default=",".join(CASES), help="datasets to run")
     parser.add_argument("--fashion-train", type=int, default=None,
                         help="Fashion-MNIST training images (default 12,000; fewer when loaded)")
     args = parser.parse_args()
-    if args.target is not None:  # for the rank jobs and this process
-        os.environ["DETOL_BENCH_PRUNE_TARGET"] = str(args.target)
-        PRUNE["target"] = args.target
+    variants = {v: VARIANTS[v] for v in args.variants.split(",")}
+    if args.target is not None:
+        variants = {k: {**v, "target": args.target} for k, v in variants.items()}
     if args.fashion_train:
         os.environ["DETOL_BENCH_FASHION_TRAIN"] = str(args.fashion_train)  # for the rank jobs
     n = args.seeds or (2 if args.quick else 5)
@@ -186,6 +223,9 @@ def main() -> None:
 
     def save(figures: dict[str, Any]) -> None:
         if args.json:
+            if args.merge and args.json.exists():
+                old = json.loads(args.json.read_text()).get("results", {})
+                figures = {**figures, "results": {**old, **figures["results"]}}
             figures = {"date": now_iso(), "machine": machine("torch", "mpi4py"),
                        "measured_under_load": True, **figures,
                        "fashion_train_subset": args.fashion_train or 12_000}
@@ -197,7 +237,7 @@ def main() -> None:
     for name in list(CASES):
         if name not in args.cases.split(","):
             del CASES[name]
-    save(run(args.quick, seeds, args.algorithms.split(","), save))
+    save(run(args.quick, seeds, args.algorithms.split(","), variants, save))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,9 @@ removed is training/_pruning.py.
 
 >>> PruneConfig(target=0.5, start_epoch=2, end_epoch=4, steps=3).events()
 {2: 0.16666666666666666, 3: 0.3333333333333333, 4: 0.5}
+>>> {e: round(f, 3) for e, f in PruneConfig(target=0.5, start_epoch=2, end_epoch=4, steps=3,
+...                                          schedule="cubic").events().items()}
+{2: 0.352, 3: 0.481, 4: 0.5}
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-CRITERIA = ("l1", "bn_l1")
+CRITERIA = ("l1", "bn_l1", "taylor")
+SCHEDULES = ("linear", "cubic")
 UNITS = ("all", "neurons", "channels")
 PREFIX = "prune_"
 
@@ -30,13 +34,17 @@ class PruneConfig(BaseModel):
         "all", description="neurons of dense layers, channels of convolutions, or all of both "
         "(the classifier's outputs are never pruned)",
     )
-    criterion: Literal["l1", "bn_l1"] = Field(
+    criterion: Literal["l1", "bn_l1", "taylor"] = Field(
         "l1", description="importance of a unit: l1 = L1 norm of its incoming weights (Li et "
-        "al. 2017); bn_l1 = |scale| of the batch norm after it (Network Slimming; needs one)",
+        "al. 2017); bn_l1 = |scale| of the batch norm after it (Network Slimming; needs one); "
+        "taylor = |sum of its output x the loss gradient there| per batch, summed over the "
+        "batches since the last step (first-order Taylor, Molchanov et al. 2017/2019; needs "
+        "start_epoch >= 2)",
     )
     sparsity: float = Field(
         0.0, ge=0, description="L1 penalty on what the criterion measures (weights for l1, "
-        "batch-norm scales for bn_l1) until end_epoch; Network Slimming uses 1e-4 to 1e-5",
+        "batch-norm scales for bn_l1, for taylor the batch norm's scales where a layer has "
+        "one, else its weights) until end_epoch; Network Slimming uses 1e-4 to 1e-5",
     )
     target: float = Field(
         0.5, ge=0, lt=1, description="fraction of each layer's prunable units removed by "
@@ -48,6 +56,11 @@ class PruneConfig(BaseModel):
     )
     steps: int = Field(
         2, ge=1, description="pruning steps, spread evenly over start_epoch..end_epoch",
+    )
+    schedule: Literal["linear", "cubic"] = Field(
+        "linear", description="how the removed fraction grows over the steps: linear (equal "
+        "shares) or cubic (Zhu & Gupta 2017: target * (1 - (1 - k/steps)^3) after step k, "
+        "large cuts early, small ones late)",
     )
 
     @model_validator(mode="after")
@@ -62,17 +75,20 @@ class PruneConfig(BaseModel):
                 f"steps = {self.steps} do not fit in epochs {self.start_epoch}..{self.end_epoch} "
                 f"(one step per epoch at most: steps <= {room})"
             )
+        if self.criterion == "taylor" and self.start_epoch < 2:
+            raise ValueError("criterion 'taylor' needs start_epoch >= 2 (it measures the "
+                             "gradients of the epochs before a step)")
         return self
 
     def events(self) -> dict[int, float]:
-        """``{epoch: fraction of each layer's units removed by then}`` (cumulative, linear)."""
+        """``{epoch: fraction of each layer's units removed by then}`` (cumulative)."""
         if self.steps == 1:
             return {self.end_epoch: self.target}
-        span = self.end_epoch - self.start_epoch
-        return {
-            self.start_epoch + round(k * span / (self.steps - 1)): self.target * (k + 1) / self.steps
-            for k in range(self.steps)
-        }
+        span, n = self.end_epoch - self.start_epoch, self.steps
+        share = ((lambda k: k / n) if self.schedule == "linear"
+                 else (lambda k: 1.0 - (1.0 - k / n) ** 3))
+        return {self.start_epoch + round(k * span / (n - 1)): self.target * share(k + 1)
+                for k in range(n)}
 
 
 SEARCHABLE_PRUNE = tuple(PREFIX + k for k in PruneConfig.model_fields)

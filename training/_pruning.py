@@ -100,9 +100,29 @@ def widths(model: nn.Module) -> list[int]:
     return [g.width for g in groups(model)]
 
 
+def output_layer(group: Group) -> nn.Module:
+    """The last affine layer of a unit's output: its batch norm if it has one, else itself."""
+    return group.norms[0] if group.norms and group.norms[0].weight is not None else group.producer
+
+
+@torch.no_grad()
+def taylor_batch(group: Group) -> torch.Tensor:
+    """Per unit, this batch's first-order Taylor importance ``|sum of y * dL/dy|`` over the
+    batch and positions, ``y`` the unit's output (after its batch norm, if any; a ReLU after it
+    leaves the sum as it is): from the gradients of the layer making ``y``, since
+    ``sum(y * dL/dy) = sum(w * dL/dw) + b * dL/db`` for an affine map. Before a batch norm the
+    sum is 0 (the norm undoes any scaling of its input), so the norm's output is measured."""
+    layer = output_layer(group)
+    total = torch.zeros(group.width, dtype=torch.float64, device=layer.weight.device)
+    for p in (layer.weight, getattr(layer, "bias", None)):
+        if p is not None and p.grad is not None:
+            total += (p.detach() * p.grad).reshape(group.width, -1).sum(1).double()
+    return total.abs()  # on the model's device: no copy to the host at every step
+
+
 def importance(group: Group, criterion: str) -> torch.Tensor:
     """Per unit, float64 on the CPU: l1 = L1 norm of its incoming weights; bn_l1 = |scale| of
-    the batch norm after it."""
+    the batch norm after it (taylor is accumulated by :class:`UnitPruning`)."""
     if criterion == "bn_l1":
         if not group.norms or group.norms[0].weight is None:
             raise PruneError(
@@ -221,22 +241,43 @@ class UnitPruning:
         self.original = {id(g.producer): g.width for g in found}
         self.events = config.events()
         self.active = False  # the sparsity penalty applies (epochs up to end_epoch)
+        self.collecting = False  # taylor's sums grow (epochs before the last step)
         self.kept: list[list[list[int]]] = []  # per step: each group's kept unit indices
+        # taylor: per group, the importance summed over the batches since the last step
+        self.taylor = [torch.zeros(g.width, dtype=torch.float64) for g in found]
 
     def start_epoch(self, epoch: int) -> None:
         self.active = self.config.sparsity > 0 and epoch <= self.config.end_epoch
+        self.collecting = self.config.criterion == "taylor" and epoch < max(self.events)
 
     def due(self, epoch: int) -> bool:
         return self.events.get(epoch, 0.0) > 0.0
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps beyond the widths: taylor's sums so far (a resumed run
+        prunes by the batches it did not run again)."""
+        return {"taylor": [t.cpu().clone() for t in self.taylor]}
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        if state is not None:
+            self.taylor = [t.clone().double() for t in state["taylor"]]
+
     @torch.no_grad()
-    def penalize(self, model: nn.Module) -> None:
-        """Add the L1 subgradient ``sparsity * sign(x)`` to the gradients of what the criterion
-        measures (after the gradients are summed over ranks, so sync ranks stay equal)."""
+    def after_backward(self, model: nn.Module) -> None:
+        """Once per step, after the gradients are summed over ranks (sync ranks stay equal):
+        taylor's importances accumulate, then the L1 subgradient ``sparsity * sign(x)`` is
+        added to the gradients of what the criterion measures."""
+        criterion = self.config.criterion
+        found = groups(model, self.config.units)
+        if self.collecting:
+            for k, g in enumerate(found):
+                batch = taylor_batch(g)
+                self.taylor[k] = self.taylor[k].to(batch.device) + batch
         if not self.active:
             return
-        for g in groups(model, self.config.units):
-            target = g.norms[0] if self.config.criterion == "bn_l1" else g.producer
+        for g in found:
+            target = {"l1": g.producer, "bn_l1": g.norms[0] if g.norms else g.producer,
+                      "taylor": output_layer(g)}[criterion]
             w = target.weight
             if w is not None and w.grad is not None:
                 w.grad.add_(torch.sign(w), alpha=self.config.sparsity)
@@ -247,7 +288,10 @@ class UnitPruning:
         whether the parameter layout changed."""
         fraction = self.events.get(epoch, 0.0)
         found = groups(model, self.config.units)
-        local = [importance(g, self.config.criterion) for g in found]
+        if self.config.criterion == "taylor":
+            local = [t.cpu() for t in self.taylor]
+        else:
+            local = [importance(g, self.config.criterion) for g in found]
         scores = agreed(local, self.comm)  # waits for all ranks
         changed, kept = False, []
         for g, s in zip(found, scores, strict=True):
@@ -258,4 +302,5 @@ class UnitPruning:
                 remove_units(g, keep, optimizer)
                 changed = True
         self.kept.append(kept)
+        self.taylor = [torch.zeros(g.width, dtype=torch.float64) for g in found]
         return changed

@@ -169,7 +169,7 @@ class Trainer:
         self.pace.stop()
         if self.algorithm.before_step(last_in_epoch):  # sync: waits for all ranks
             if self.pruning is not None:
-                self.pruning.penalize(self.model)  # the sparsity penalty, if any
+                self.pruning.after_backward(self.model)  # taylor's sums, the sparsity penalty
             self.optimizer.step()
             self.algorithm.after_step()
             self.steps += 1
@@ -235,11 +235,13 @@ class Trainer:
             "steps": self.steps,
             "slept_s": self.pace.slept_s,
             "widths": widths(self.model) if self.pruning is not None else None,
+            "pruning": self.pruning.state_dict() if self.pruning is not None else None,
         }
 
     def load_checkpoint_state(self, state: dict[str, Any]) -> None:
         if self.pruning is not None:
             restore_widths(self, state.get("widths"))  # the pruned shapes first (collective)
+            self.pruning.load_state_dict(state.get("pruning"))
         self.model.load_state_dict(state["model"])  # copies in place: ASGD's flat views hold
         self.optimizer.load_state_dict(state["optimizer"])
         self.algorithm.load_state_dict(state["algorithm"])

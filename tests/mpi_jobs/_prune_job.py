@@ -1,9 +1,11 @@
 """MPI program for tests: pruning during training on real ranks.
 
-- sync and asgd trainers (stack genome, digits) prune at the start of epochs 2 and 3; every
-  rank's kept unit indices, widths and curve are gathered;
+- sync and asgd trainers (stack genome, digits) prune at the start of epochs 2 and 3 (l1, and
+  asgd with taylor too: its ranks sum different gradients); every rank's kept unit indices,
+  widths and curve are gathered;
 - ``agreed`` is given a different importance vector on each rank;
-- a pruned sync run with a checkpoint after epoch 2 is resumed by a fresh trainer (as a new job
+- a pruned sync run (taylor: its sums of epoch 2 decide the step of epoch 3) with a checkpoint
+  after epoch 2 is resumed by a fresh trainer (as a new job
   would) and must end with the same weights as the run that never stopped.
 
 Usage: mpiexec -n 2 python tests/mpi_jobs/_prune_job.py OUT.json
@@ -34,18 +36,20 @@ STACK = {"family": "stack", "layers": [
 PRUNE = {"target": 0.5, "start_epoch": 2, "end_epoch": 3, "steps": 2, "sparsity": 1e-4}
 
 
-def config(algorithm: str, ranks: int) -> TrainConfig:
+def config(algorithm: str, ranks: int, criterion: str = "l1") -> TrainConfig:
     return TrainConfig(dataset="digits", epochs=4, ranks=ranks, genome=STACK, lr=0.05,
-                       batch_size=32, algorithm=algorithm, send_every=2, prune=PRUNE)
+                       batch_size=32, algorithm=algorithm, send_every=2,
+                       prune={**PRUNE, "criterion": criterion})
 
 
 def main(out: str) -> None:
     comm = MPI.COMM_WORLD
     result: dict[str, object] = {}
-    for algorithm in ("sync", "asgd"):
-        trainer = Trainer(config(algorithm, comm.size), comm)
+    for case in ("sync", "asgd", "asgd-taylor"):
+        algorithm, _, criterion = case.partition("-")
+        trainer = Trainer(config(algorithm, comm.size, criterion or "l1"), comm)
         run = trainer.train()
-        result[algorithm] = {
+        result[case] = {
             "kept": comm.allgather(trainer.pruning.kept),  # type: ignore[union-attr]
             "widths": comm.allgather(widths(trainer.model)),
             "n_params": [r["n_params"] for r in run.history],
@@ -62,11 +66,11 @@ def main(out: str) -> None:
     directory = Path(out).parent / "artifacts"
     directory.mkdir(exist_ok=True)
     store = FileSystemArtifactStore(str(directory))
-    straight = Trainer(config("sync", comm.size), comm,
+    straight = Trainer(config("sync", comm.size, "taylor"), comm,
                        checkpointer=checkpointer(comm, store, every=2))
     full = straight.train()
     (epoch2,) = comm.bcast(straight.checkpointer.written if comm.rank == 0 else None, root=0)
-    again = Trainer(config("sync", comm.size), comm,
+    again = Trainer(config("sync", comm.size, "taylor"), comm,
                     checkpointer=checkpointer(comm, store, every=0), resume_from=epoch2)
     second = again.train()
     diff = float(np.abs(flat_parameters(straight.model) - flat_parameters(again.model)).max())

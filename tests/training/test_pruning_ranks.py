@@ -17,7 +17,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return run_mpi_job("_prune_job.py", tmp_path_factory.mktemp("prune") / "out.json")
 
 
-@pytest.mark.parametrize("algorithm", ["sync", "asgd"])
+@pytest.mark.parametrize("algorithm", ["sync", "asgd", "asgd-taylor"])
 def test_every_rank_removes_the_same_units(job: Any, algorithm: str) -> None:
     r = job[algorithm]
     rank0, rank1 = r["kept"]
@@ -25,6 +25,8 @@ def test_every_rank_removes_the_same_units(job: Any, algorithm: str) -> None:
     assert r["widths"][0] == r["widths"][1] == [8, 8, 16]
     # It trained on after pruning (chance: 0.1; asgd's 4 epochs here reach 0.5 to 0.8).
     assert r["state"] == "complete" and r["accuracy"] > (0.7 if algorithm == "sync" else 0.3)
+    if algorithm == "asgd-taylor":  # taylor's choice is its own, not l1's
+        assert rank0 != job["asgd"]["kept"][0]
 
 
 @pytest.mark.parametrize("algorithm", ["sync", "asgd"])
@@ -39,7 +41,7 @@ def test_ranks_with_different_importances_agree_on_the_mean(job: Any) -> None:
     assert rank0 == rank1 == [[1.0, 0.0, 1.5], [pytest.approx(0.15)]]
 
 
-def test_a_pruned_run_resumes_from_its_checkpoint(job: Any) -> None:
+def test_a_pruned_run_resumes_from_its_checkpoint_with_taylor_sums(job: Any) -> None:
     r = job["resume"]
     assert r["start_epoch"] == 3 and r["widths"][0] == r["widths"][1] == [8, 8, 16]
     assert r["resumed"] == pytest.approx(r["full"], abs=1e-9)
