@@ -104,6 +104,7 @@ class Study:
         # Until when a non-zero exit of the current run is a fault's doing (a SIGKILL, a full
         # disk); past it, or after any other fault, a failing driver is a finding.
         self.faulted_until = 0.0
+        self.disk_run = 0  # the driver run during which the disk was last filled
 
     # --- the driver --------------------------------------------------------------------------
 
@@ -136,7 +137,10 @@ class Study:
             return False
         self.s.ended_runs.append((self.tag, time.monotonic(), self))
         tail = (self.s.logs / f"{self.tag}.log").read_text(errors="replace")[-1500:]
-        faulted = time.monotonic() < self.faulted_until
+        # A driver stopped by the full disk says so (search.cli's one line), however long its
+        # exit took under load after the space came back.
+        faulted = time.monotonic() < self.faulted_until or (
+            self.disk_run == self.runs and "No space left on device" in tail)
         self.exits.append({"run": self.runs, "rc": rc, "faulted": faulted,
                            "tail": tail[-300:]})
         if rc != 0 and not faulted:
@@ -182,17 +186,24 @@ class Study:
         if self.driver.poll() is not None or not target:
             return None
         self.trials()  # what was COMPLETE before the fault
+        # Looked up again: reading the storage takes a while, and on a fast machine the target
+        # of a moment ago (a rank, the driver itself) may have ended meanwhile.
+        if not found() or self.driver.poll() is not None:
+            return None
         rng = self.s.rng
         hold = round(rng.uniform(0.5, 3.0), 2)
         record: dict[str, Any] = {"storage": self.storage, "kind": kind, "study": self.name,
                                   "run": self.runs, "load": os.getloadavg()[0]}
         if kind == "driver":
             soak.kill(self.driver.pid)
+            if self.driver.wait() != -signal.SIGKILL:
+                return None  # it had just finished on its own: nothing struck, strike again
             self.faulted_until = float("inf")
         elif kind in ("worker", "rank"):
             victim = rng.choice(sorted(target))
             record["victim"] = soak.cmdline(victim)[:120]
-            soak.kill(victim)
+            if not record["victim"] or not soak.kill(victim):
+                return None  # it ended on its own since the look-up: strike again
         elif kind == "postgres":
             self.s.server.stop()  # type: ignore[union-attr]
             time.sleep(hold)
@@ -201,6 +212,7 @@ class Study:
         elif kind == "disk":
             full_since = time.monotonic()
             filler = soak.fill(self.s.dirs[self.storage])
+            self.disk_run = self.runs
             self.faulted_until = float("inf")  # a driver may stop on a full disk...
             time.sleep(hold)
             if self.storage == "journal":  # full until a write tears the journal (or 20 s)
