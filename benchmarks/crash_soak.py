@@ -22,6 +22,7 @@ its driver by more than ``--orphan-bound`` seconds. A real study (digits MLP, 1-
 
     python benchmarks/crash_soak.py [--quick] [--kills N] [--seed S] [--json PATH]
         [--storages journal,postgresql] [--minutes M]
+    python benchmarks/crash_soak.py --merge RUN.json... --json PATH   # several runs as one
 """
 
 from __future__ import annotations
@@ -329,17 +330,6 @@ def plan(args: argparse.Namespace, rng: random.Random, disk: bool) -> list[tuple
     return studies
 
 
-def table(kills: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    rows: dict[tuple[str, str], dict[str, Any]] = {}
-    for k in kills:
-        row = rows.setdefault((k["storage"], k["kind"]), {"storage": k["storage"],
-                                                          "kind": k["kind"], "kills": 0,
-                                                          "survived": 0})
-        row["kills"] += 1
-        row["survived"] += k["survived"]
-    return list(rows.values())
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
@@ -355,7 +345,24 @@ def main() -> int:
     parser.add_argument("--logs", type=Path, help="keep every driver run's output here")
     parser.add_argument("--orphan-bound", type=float, default=30.0,
                         help="seconds a driver's processes may outlive it")
+    parser.add_argument("--merge", type=Path, nargs="+", metavar="RESULT",
+                        help="no soak: write the runs' result files as one (with --json)")
     args = parser.parse_args()
+    if args.merge:
+        if not args.json:
+            parser.error("--merge needs --json PATH (where the merged result goes)")
+        runs = []
+        for path in args.merge:
+            try:
+                runs.append(json.loads(path.read_text()))
+                soak.merge(runs[-1:])  # a soak's result file, whole
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                parser.error(f"--merge {path}: not a crash soak result ({exc})")
+        merged = soak.merge(runs)
+        args.json.write_text(json.dumps(merged, indent=1) + "\n")
+        print(f"{merged['kills']} faults in {len(merged['runs'])} runs, "
+              f"{len(merged['problems'])} problems -> {args.json}")
+        return 0 if not merged["problems"] else 1
     default = "journal" if args.quick else "journal,postgresql"
     args.storages = (args.storages or default).split(",")
     args.kills = args.kills if args.kills is not None else (4 if args.quick else 200)
@@ -415,7 +422,7 @@ def main() -> int:
         for study in studies:
             for k in study.kills:
                 kills.append({**k, "survived": not study.problems})
-    rows = table(kills)
+    rows = soak.table(kills)
     result = {
         "date": now_iso(), "machine": machine("optuna", "distributed", "mpi4py", "torch"),
         "load_before": load_before, "load_after": os.getloadavg(), "seed": args.seed,
