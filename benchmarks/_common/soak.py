@@ -146,8 +146,20 @@ def read_trials(url: str, name: str) -> list[Any] | None:
     """The study's trials through plain Optuna; None when the study is not made yet."""
     import optuna
 
+    from training._storage import schema_race
+
+    for attempt in range(6):
+        try:
+            storage = plain_storage(url)
+            break
+        except Exception as exc:
+            # Optuna makes the tables of a new database when it opens it, as the driver does
+            # at the same moment: the later one finds them made (not an unreadable storage).
+            if not schema_race(exc) or attempt == 5:
+                raise
+            time.sleep(0.1 * 2**attempt)
     try:
-        return optuna.load_study(study_name=name, storage=plain_storage(url)).get_trials()
+        return optuna.load_study(study_name=name, storage=storage).get_trials()
     except KeyError:
         return None
 
