@@ -22,6 +22,7 @@ its driver by more than ``--orphan-bound`` seconds. A real study (digits MLP, 1-
 
     python benchmarks/crash_soak.py [--quick] [--kills N] [--seed S] [--json PATH]
         [--storages journal,postgresql] [--minutes M]
+    python benchmarks/crash_soak.py --merge RUN.json... --json PATH   # several runs as one
 """
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ class Study:
         # Until when a non-zero exit of the current run is a fault's doing (a SIGKILL, a full
         # disk); past it, or after any other fault, a failing driver is a finding.
         self.faulted_until = 0.0
+        self.disk_run = 0  # the driver run during which the disk was last filled
 
     # --- the driver --------------------------------------------------------------------------
 
@@ -136,7 +138,10 @@ class Study:
             return False
         self.s.ended_runs.append((self.tag, time.monotonic(), self))
         tail = (self.s.logs / f"{self.tag}.log").read_text(errors="replace")[-1500:]
-        faulted = time.monotonic() < self.faulted_until
+        # A driver stopped by the full disk says so (search.cli's one line), however long its
+        # exit took under load after the space came back.
+        faulted = time.monotonic() < self.faulted_until or (
+            self.disk_run == self.runs and "No space left on device" in tail)
         self.exits.append({"run": self.runs, "rc": rc, "faulted": faulted,
                            "tail": tail[-300:]})
         if rc != 0 and not faulted:
@@ -182,17 +187,24 @@ class Study:
         if self.driver.poll() is not None or not target:
             return None
         self.trials()  # what was COMPLETE before the fault
+        # Looked up again: reading the storage takes a while, and on a fast machine the target
+        # of a moment ago (a rank, the driver itself) may have ended meanwhile.
+        if not found() or self.driver.poll() is not None:
+            return None
         rng = self.s.rng
         hold = round(rng.uniform(0.5, 3.0), 2)
         record: dict[str, Any] = {"storage": self.storage, "kind": kind, "study": self.name,
                                   "run": self.runs, "load": os.getloadavg()[0]}
         if kind == "driver":
             soak.kill(self.driver.pid)
+            if self.driver.wait() != -signal.SIGKILL:
+                return None  # it had just finished on its own: nothing struck, strike again
             self.faulted_until = float("inf")
         elif kind in ("worker", "rank"):
             victim = rng.choice(sorted(target))
             record["victim"] = soak.cmdline(victim)[:120]
-            soak.kill(victim)
+            if not record["victim"] or not soak.kill(victim):
+                return None  # it ended on its own since the look-up: strike again
         elif kind == "postgres":
             self.s.server.stop()  # type: ignore[union-attr]
             time.sleep(hold)
@@ -201,6 +213,7 @@ class Study:
         elif kind == "disk":
             full_since = time.monotonic()
             filler = soak.fill(self.s.dirs[self.storage])
+            self.disk_run = self.runs
             self.faulted_until = float("inf")  # a driver may stop on a full disk...
             time.sleep(hold)
             if self.storage == "journal":  # full until a write tears the journal (or 20 s)
@@ -317,17 +330,6 @@ def plan(args: argparse.Namespace, rng: random.Random, disk: bool) -> list[tuple
     return studies
 
 
-def table(kills: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    rows: dict[tuple[str, str], dict[str, Any]] = {}
-    for k in kills:
-        row = rows.setdefault((k["storage"], k["kind"]), {"storage": k["storage"],
-                                                          "kind": k["kind"], "kills": 0,
-                                                          "survived": 0})
-        row["kills"] += 1
-        row["survived"] += k["survived"]
-    return list(rows.values())
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
@@ -343,7 +345,24 @@ def main() -> int:
     parser.add_argument("--logs", type=Path, help="keep every driver run's output here")
     parser.add_argument("--orphan-bound", type=float, default=30.0,
                         help="seconds a driver's processes may outlive it")
+    parser.add_argument("--merge", type=Path, nargs="+", metavar="RESULT",
+                        help="no soak: write the runs' result files as one (with --json)")
     args = parser.parse_args()
+    if args.merge:
+        if not args.json:
+            parser.error("--merge needs --json PATH (where the merged result goes)")
+        runs = []
+        for path in args.merge:
+            try:
+                runs.append(json.loads(path.read_text()))
+                soak.merge(runs[-1:])  # a soak's result file, whole
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                parser.error(f"--merge {path}: not a crash soak result ({exc})")
+        merged = soak.merge(runs)
+        args.json.write_text(json.dumps(merged, indent=1) + "\n")
+        print(f"{merged['kills']} faults in {len(merged['runs'])} runs, "
+              f"{len(merged['problems'])} problems -> {args.json}")
+        return 0 if not merged["problems"] else 1
     default = "journal" if args.quick else "journal,postgresql"
     args.storages = (args.storages or default).split(",")
     args.kills = args.kills if args.kills is not None else (4 if args.quick else 200)
@@ -403,7 +422,7 @@ def main() -> int:
         for study in studies:
             for k in study.kills:
                 kills.append({**k, "survived": not study.problems})
-    rows = table(kills)
+    rows = soak.table(kills)
     result = {
         "date": now_iso(), "machine": machine("optuna", "distributed", "mpi4py", "torch"),
         "load_before": load_before, "load_after": os.getloadavg(), "seed": args.seed,

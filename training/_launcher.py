@@ -100,13 +100,46 @@ QUEUE_WAIT_S = float(os.environ.get("DETOL_QUEUE_WAIT_S", "60"))
 _QUEUED = re.compile(r"srun: job (\d+) queued and waiting for resources")
 
 
-def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """If the Dask worker dies, its mpiexec gets SIGTERM instead of training on as an orphan."""
+def _death_signal(sig: int) -> bool:
+    """Ask the kernel for ``sig`` when this process's parent (strictly: the parent's thread that
+    forked it) ends: ``prctl(PR_SET_PDEATHSIG)``. False where that cannot be had."""
     with contextlib.suppress(Exception):
         import ctypes
 
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        return libc.prctl(1, sig) == 0  # PR_SET_PDEATHSIG
+    return False
+
+
+def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """If the Dask worker dies, its mpiexec gets SIGTERM instead of training on as an orphan."""
+    _death_signal(signal.SIGTERM)
+
+
+def end_with_launcher() -> bool:
+    """A rank, first thing: SIGKILL when the process that started it dies (issue 27).
+
+    Hydra's ``mpiexec`` starts the ranks through ``hydra_pmi_proxy``, and both the proxy and each
+    rank call ``setsid``: no process group holds them, and a SIGKILLed proxy left its ranks
+    training (or waiting for a dead peer) past the trial's timeout, whose kill did not reach them.
+    With this, the kernel ends them when their proxy (gforker's ``mpiexec``, a wrapper script)
+    dies, and the job's ``mpiexec`` then exits. Only when that parent has one thread: the signal
+    follows the *thread* that forked the rank, and a multi-threaded launcher (``slurmstepd``,
+    Open MPI's daemons) may fork from a thread that ends while the job runs on. Returns whether
+    it was asked for."""
+    if sys.platform != "linux":
+        return False
+    parent = os.getppid()
+    try:
+        with open(f"/proc/{parent}/status") as f:
+            threads = next(line.split()[1] for line in f if line.startswith("Threads:"))
+    except (OSError, StopIteration):
+        return False
+    if threads != "1" or not _death_signal(signal.SIGKILL):
+        return False
+    if os.getppid() != parent:  # it died before the request took hold
+        os.kill(os.getpid(), signal.SIGKILL)
+    return True
 
 
 def end_job(proc: subprocess.Popen[bytes], argv: Sequence[str]) -> None:

@@ -90,7 +90,7 @@ def _open_storage(url: str) -> BaseStorage:
             f"'journal:///path', or one of {list(_RDB_SCHEMES[:4])}...)"
         )
     try:
-        rdb = RDBStorage(url, engine_kwargs=_engine_kwargs(scheme))
+        rdb = _rdb_storage(url, scheme)
     except ImportError as exc:  # Optuna re-raises a missing driver as a plain ImportError
         name = getattr(exc.__cause__, "name", None) or exc.name or str(exc)
         hint = " (pip install 'detol[postgres]')" if scheme == "postgresql" else ""
@@ -122,6 +122,33 @@ def _journal_storage(path: str) -> JournalStorage:
         return JournalStorage(SafeJournalFileBackend(path))
     except (ValueError, KeyError) as exc:
         raise JournalDamaged(f"journal {path!r} cannot be read: {exc!r}") from None
+
+
+SCHEMA_TRIES = 6  # 0.1 + 0.2 + ... + 1.6 s of back-off in all
+
+
+def _rdb_storage(url: str, scheme: str) -> RDBStorage:
+    """Optuna's ``RDBStorage``, whose first opening of an empty database makes the tables.
+
+    Two processes opening the same new database at once (two drivers started together, found
+    by the crash soak) both issue ``CREATE TABLE``: the later fails with ``duplicate key value
+    violates unique constraint "pg_type_typname_nsp_index"`` or ``relation ... already exists``,
+    and ``search run`` stopped with "cannot connect". The tables are there once the first
+    commits, so a duplicate object is tried again, with back-off."""
+    for attempt in range(SCHEMA_TRIES):
+        try:
+            return RDBStorage(url, engine_kwargs=_engine_kwargs(scheme))
+        except Exception as exc:
+            if not schema_race(exc) or attempt + 1 == SCHEMA_TRIES:
+                raise
+            time.sleep(0.1 * 2**attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def schema_race(exc: BaseException) -> bool:
+    """Whether ``exc`` is a table (or its type) that another process made first."""
+    cause = str(getattr(exc.__cause__ or exc, "orig", None) or exc.__cause__ or exc)
+    return "already exists" in cause or "duplicate key value" in cause
 
 
 def _engine_kwargs(scheme: str) -> dict[str, object]:

@@ -220,4 +220,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from training._launcher import end_with_launcher
+
+    end_with_launcher()  # no rank outlives its launcher (Hydra's proxy included)
     raise SystemExit(main())

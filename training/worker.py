@@ -198,4 +198,7 @@ def _exit_now(code: int) -> None:
 
 
 if __name__ == "__main__":
+    from training._launcher import end_with_launcher
+
+    end_with_launcher()  # no rank outlives its launcher (Hydra's proxy included)
     _exit_now(main())

@@ -146,8 +146,20 @@ def read_trials(url: str, name: str) -> list[Any] | None:
     """The study's trials through plain Optuna; None when the study is not made yet."""
     import optuna
 
+    from training._storage import schema_race
+
+    for attempt in range(6):
+        try:
+            storage = plain_storage(url)
+            break
+        except Exception as exc:
+            # Optuna makes the tables of a new database when it opens it, as the driver does
+            # at the same moment: the later one finds them made (not an unreadable storage).
+            if not schema_race(exc) or attempt == 5:
+                raise
+            time.sleep(0.1 * 2**attempt)
     try:
-        return optuna.load_study(study_name=name, storage=plain_storage(url)).get_trials()
+        return optuna.load_study(study_name=name, storage=storage).get_trials()
     except KeyError:
         return None
 
@@ -213,3 +225,36 @@ def wait_until(condition: Any, timeout: float, step: float = 0.2) -> bool:
             return False
         time.sleep(step)
     return True
+
+
+# --- results ----------------------------------------------------------------------------------
+
+
+def table(kills: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Faults and faults survived per (storage, kind)."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for k in kills:
+        row = rows.setdefault((k["storage"], k["kind"]), {"storage": k["storage"],
+                                                          "kind": k["kind"], "kills": 0,
+                                                          "survived": 0})
+        row["kills"] += 1
+        row["survived"] += k["survived"]
+    return list(rows.values())
+
+
+SUMMED = ("kills", "kills_asked", "wall_s", "studies", "trials_lost", "unreadable_storages",
+          "orphans", "torn_tails_repaired")
+
+
+def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several soak runs (other seeds, storages, days) as one result: the counts summed, one
+    table over every fault, each run kept whole under ``runs``."""
+    if any(run.get("quick") for run in runs):
+        raise ValueError("--merge: a --quick run is CI's check, not part of the soak's count")
+    merged: dict[str, Any] = {key: sum(run[key] for run in runs) for key in SUMMED}
+    merged["wall_s"] = round(merged["wall_s"], 1)
+    merged["seeds"] = [run["seed"] for run in runs]
+    merged["problems"] = [p for run in runs for p in run["problems"]]
+    merged["table"] = table([f for run in runs for f in run["faults"]])
+    merged["runs"] = runs
+    return merged

@@ -112,3 +112,41 @@ def test_ask_reads_the_queue_without_reloading_every_running_trial(postgres_url:
         study.tell(trial, 0.0)
     assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 22
     assert reloads  # the cache is still used for everything else
+
+
+def _open_at_once(url: str, barrier, errors) -> None:  # a forked process
+    barrier.wait()
+    try:
+        open_storage(url)
+    except Exception as exc:  # noqa: BLE001 - what a driver would have stopped with
+        errors.put(f"{type(exc).__name__}: {exc}")
+    else:
+        errors.put("")
+
+
+def test_processes_that_open_a_new_database_at_once_all_get_it(postgres_url: str) -> None:
+    """Found by the crash soak: two processes opening an empty database at the same moment both
+    made Optuna's tables, and the later stopped with "cannot connect ...: duplicate key value
+    violates unique constraint "pg_type_typname_nsp_index"" (two drivers started together; red
+    in 5 rounds of 5 before the fix)."""
+    import multiprocessing
+    import os
+
+    from tests.pg_server import PASSWORD, pg_bin
+
+    base, _, _ = postgres_url.rpartition("/")
+    port = base.rsplit(":", 1)[1]
+    ctx = multiprocessing.get_context("fork")
+    for round_ in range(2):  # each round on a database no one has opened
+        name = f"fresh_{os.getpid()}_{round_}"
+        subprocess.run([pg_bin("createdb"), "-h", "127.0.0.1", "-p", port, "-U", "detol", name],
+                       check=True, env={**os.environ, "PGPASSWORD": PASSWORD}, timeout=60)
+        barrier, errors = ctx.Barrier(4), ctx.Queue()
+        openers = [ctx.Process(target=_open_at_once, args=(f"{base}/{name}", barrier, errors))
+                   for _ in range(4)]
+        for p in openers:
+            p.start()
+        found = [errors.get(timeout=120) for _ in openers]
+        for p in openers:
+            p.join()
+        assert found == [""] * 4, found
