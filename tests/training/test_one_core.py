@@ -129,3 +129,44 @@ def test_reduce_divides_total_sums_by_total_counts_and_names_a_bad_pair() -> Non
 def test_a_trainer_given_a_session_refuses_its_own_reporter() -> None:
     with pytest.raises(ValueError, match="the session holds the reporter"):
         Trainer(CONFIG, _session(), reporter=PauseAt(1))
+
+
+
+@pytest.mark.parametrize("reshard", [True, False])
+def test_an_own_loops_checkpoint_saved_with_reshard_restores_on_another_rank_count(
+    tmp_path: Path, reshard: bool
+) -> None:
+    # What the trainer's checkpoints do, an own loop gains: two asgd ranks' states written with
+    # reshard=True restore on one rank as their mean (training._reshard); without, refused.
+    identity = {"objective": "mine:train", "params": {"lr": 0.1}}
+    writer = Session(comm=MPI.COMM_SELF, checkpointer=_checkpointer(tmp_path / "store"),
+                     identity=identity)
+    model = torch.nn.Linear(2, 1)
+    writer.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1), algorithm="asgd")
+    writer.report(1, {"loss": 1.0})
+    writer.save_checkpoint({"w": torch.zeros(3)}, reshard=reshard)
+    writer.finish()
+    path = tmp_path / "store" / "e1"
+    saved = torch.load(path, weights_only=True)
+    assert saved.get("algorithm") == ("asgd" if reshard else None)
+    # as if two ranks had written it: rank 1's state is all twos
+    saved.update(ranks=2, rank_states=[{"w": torch.zeros(3)}, {"w": torch.full((3,), 2.0)}])
+    torch.save(saved, path)
+    if not reshard:
+        with pytest.raises(ValueError, match="written by 2 ranks; this job has 1"):
+            Session(comm=MPI.COMM_SELF, checkpointer=_checkpointer(tmp_path / "store"),
+                    identity=identity, resume_from="e1")
+        return
+    reader = Session(comm=MPI.COMM_SELF, checkpointer=_checkpointer(tmp_path / "store"),
+                     identity=identity, resume_from="e1")
+    state = reader.load_checkpoint()
+    assert state is not None and torch.equal(state["w"], torch.ones(3))  # the two ranks' mean
+    reader.finish()
+
+
+def test_reshard_needs_the_algorithm_the_loop_wrapped_with(tmp_path: Path) -> None:
+    session = Session(comm=MPI.COMM_SELF, checkpointer=_checkpointer(tmp_path / "store"),
+                      identity={"objective": "mine:train", "params": {}})
+    session.report(1, {"loss": 1.0})
+    with pytest.raises(ValueError, match=r"reshard=True\) needs exactly one algorithm: wrap"):
+        session.save_checkpoint({"w": torch.zeros(1)}, reshard=True)
