@@ -3,9 +3,10 @@
 Rank 0 writes, every rank restores. One file holds every rank's part (model, optimizer, the
 algorithm's own state, torch's random state, steps taken), because the ranks of ASGD and local
 SGD hold different weights between averages. A checkpoint of the built-in trainer (header
-``"reshard": True``) written by P ranks restores on any Q ranks: rank 0 makes the Q states by the
-rule of training._reshard before it hands them out. An own loop's restores on P ranks only: a job
-of another size is refused before it trains. Beside them: the epoch, the
+``"reshard": True``, training.Session.save_checkpoint(state, reshard=True)) written by P ranks
+restores on any Q ranks: rank 0 makes the Q states by the rule of training._reshard before it
+hands them out. An own loop's restores on P ranks only unless it saved with ``reshard=True``: a
+job of another size is refused before it trains. Beside them: the epoch, the
 learning curve so far, the training seconds spent, the configuration, and the settings of it that
 do not matter for restoring (``free_on_restore``: how long and how fast to train, never a shape
 or an algorithm's state; training._artifacts.FREE_ON_RESTORE). Every other setting must match
@@ -152,7 +153,8 @@ class Checkpointer:
                 if len(states) != self.comm.size:  # another width: training._reshard's rule
                     t = MPI.Wtime()
                     theirs = data["config"]
-                    states = reshard(states, self.comm.size, algorithm=str(theirs["algorithm"]),
+                    algorithm = data.get("algorithm") or theirs["algorithm"]  # own loop: header
+                    states = reshard(states, self.comm.size, algorithm=str(algorithm),
                                      seed=int(theirs.get("seed", 0)), epoch=int(data["epoch"]))
                     self.reshard_seconds = MPI.Wtime() - t
                 payload = [(data, s) for s in states]

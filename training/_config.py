@@ -91,8 +91,9 @@ class TrainConfig(BaseModel):
     cells_per_stage: int = Field(1, ge=1, le=5, description="cell genomes: cells per stage")
     threads_per_rank: int = Field(1, ge=1, description="torch threads per rank")
     agree_timeout_s: float = Field(
-        20.0, gt=0, description="own loop: how long ranks wait for each other in a session "
-        "call (report, save_checkpoint, the end of train) before the trial fails",
+        20.0, gt=0, description="how long a trial's ranks (own loop or built-in trainer) wait "
+        "for each other in a session call (report, save_checkpoint, the end of training) "
+        "before the trial fails",
     )
     # What users bring (training._plugins): "package.module:function" names, resolved on the ranks.
     model: str | None = Field(None, description="build(params, data) -> torch.nn.Module")

@@ -49,30 +49,17 @@ def run_own_loop(spec: Any, config: Any, comm: Any) -> dict[str, Any] | None:
     """Run ``spec.own_loop`` on ``comm``; rank 0 returns the result dict, others None."""
     import torch
 
-    from training._reporting import trial_reporter
-    from training._session import Session
-    from training.worker import make_checkpointer
+    from training.worker import open_session
 
     own = spec.own_loop
     train = resolve_train(own["function"], own.get("sys_path"))
     torch.set_num_threads(config.threads_per_rank)
     torch.manual_seed(config.seed)  # the same initial weights on every rank (wrap broadcasts)
-    reporter = trial_reporter(spec, comm.rank)
-    control = comm.Dup()  # the session's calls never match the loop's own collectives
-    checkpointer = make_checkpointer(spec, control, reporter)
     started = time.time()
-    session = Session(
-        comm=comm,
-        params=own.get("params") or {},
-        reporter=reporter,
-        checkpointer=checkpointer,
-        resume_from=spec.resume_from,
-        identity={"objective": own["function"], "params": own.get("params") or {}},
-        objectives=list(spec.objectives),
-        agree_timeout_s=config.agree_timeout_s,
-        epochs=config.epochs,
-        control=control,
-    )
+    params = own.get("params") or {}
+    session = open_session(spec, config, comm, params=params, objectives=list(spec.objectives),
+                           identity={"objective": own["function"], "params": params})
+    checkpointer = session.checkpointer
     segment = time.perf_counter()
     train(session)
     session.finish()  # waits for all ranks (bounded): did every rank make the same calls?

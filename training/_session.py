@@ -1,4 +1,6 @@
-"""The session a user's own training loop gets: ``objective = "mpi:package.module:train"``.
+"""The Session: the one front of the training core for a trial's ranks. Two doors use it: a
+user's own loop (``objective = "mpi:package.module:train"``) and the built-in trainer
+(training._trainer), which reports, checkpoints and agrees through the same calls.
 
 ``train(session)`` runs on every rank of the trial's MPI job. The distributed parts are a few
 explicit calls; model, data and loop stay the user's::
@@ -13,7 +15,9 @@ explicit calls; model, data and loop stay the user's::
                 opt.zero_grad()
                 loss_fn(model(x), y).backward()
                 opt.step()
-            if session.report(epoch, {"val_accuracy": evaluate(model)}) != "continue":
+            correct, seen = evaluate(model)  # this rank's share of the validation set
+            metrics = session.reduce({"val_accuracy": (correct, seen)})  # exact over ranks
+            if session.report(epoch, metrics) != "continue":
                 return
 
 Every rank makes the same ``report`` and ``save_checkpoint`` calls; ranks that do not fail the
@@ -34,10 +38,19 @@ from mpi4py import MPI
 from training._agreement import FINISH, REPORT, SAVE, RankDisagreement, agree
 from training._reporting import CONTINUE, PAUSE, STOP, Decision, NullReporter, Reporter
 from training._shard import ShardBatches
-from training._trainer import pick_device
 from training._wrap import DistributedOptimizer, wrap
 
 DEFAULT_AGREE_TIMEOUT_S = 20.0
+
+
+def pick_device(comm: MPI.Comm) -> torch.device:
+    """CUDA when present (one device per local rank, round robin), else CPU."""
+    if torch.cuda.is_available():
+        local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        index = local.rank % torch.cuda.device_count()
+        local.Free()
+        return torch.device("cuda", index)
+    return torch.device("cpu")
 
 
 class Session:
@@ -46,7 +59,8 @@ class Session:
     Attributes: ``params`` (the trial's searched parameters), ``epochs`` (``[training]
     epochs``, the last epoch the pruner expects), ``rank``, ``size``, ``device`` (CUDA when
     present, one per local rank, else CPU) and ``comm`` (the mpi4py communicator of the
-    trial's ranks, for collectives of your own). Made by detol, not by the user.
+    trial's ranks, for collectives of your own). Made by detol, not by the user: by
+    ``training.worker`` for every trial, own loop or built-in trainer.
     """
 
     def __init__(
@@ -89,11 +103,12 @@ class Session:
         self._optimizers: list[DistributedOptimizer] = []
         self._broken: str | None = None
         self._resumed: tuple[dict[str, Any], dict[str, Any]] | None = None
+        self.resumed_header: dict[str, Any] | None = None  # the checkpoint's epoch, curve, ...
         if resume_from is not None:
             if checkpointer is None:
                 raise ValueError("resume_from is set but the trial has no checkpoint store")
             self._resumed = checkpointer.load(resume_from, self._identity)  # waits for rank 0
-            header = self._resumed[0]
+            header = self.resumed_header = self._resumed[0]
             self.history = list(header["history"])
             self._spent_before = float(header["train_time_s"])
             self.last_epoch = int(header["epoch"])
@@ -144,14 +159,35 @@ class Session:
         self._optimizers.append(opt)
         return model, opt
 
+    def reduce(self, sums: Mapping[str, tuple[float, float]]) -> dict[str, float]:
+        """Each metric's mean over every rank's samples: ``sums`` maps a name to this rank's
+        ``(sum, count)`` (``{"val_accuracy": (correct, seen), "val_loss": (loss_sum, seen)}``)
+        and the result is total sum / total count per name (total sum where no rank counted
+        any). Sums and counts are added over the ranks in float64, correct predictions as
+        whole numbers exactly, so P ranks report what one rank reports on the same samples;
+        a mean of the ranks' means would not (the built-in trainer's validation uses this).
+        Collective: call it on every rank, with the same names (a rank without samples passes
+        ``(0, 0)``)."""
+        names = sorted(sums)
+        buf = np.empty(2 * len(names), dtype=np.float64)
+        for i, name in enumerate(names):
+            pair = sums[name]
+            try:
+                total, count = pair
+                buf[2 * i], buf[2 * i + 1] = float(total), float(count)
+            except (TypeError, ValueError):
+                raise TypeError(f"reduce: {name!r} must be a (sum, count) pair of numbers, got "
+                                f"{pair!r}") from None
+        if self.size > 1:
+            self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)  # waits for all ranks
+        return {name: float(buf[2 * i] / (buf[2 * i + 1] or 1.0)) for i, name in enumerate(names)}
+
     def mean(self, metrics: Mapping[str, float], weight: float = 1.0) -> dict[str, float]:
-        """Each metric's mean over the ranks, weighted by ``weight`` (e.g. this rank's sample
-        count). Collective: call it on every rank, with the same names."""
-        names = sorted(metrics)
-        buf = np.array([float(metrics[k]) * weight for k in names] + [float(weight)], np.float64)
-        self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)  # waits for all ranks
-        total = buf[-1] if buf[-1] else 1.0
-        return {k: float(v / total) for k, v in zip(names, buf[:-1], strict=True)}
+        """Each metric's mean over the ranks of this rank's value, weighted by ``weight`` (e.g.
+        this rank's sample count). A mean of means rounds differently on P ranks than on one:
+        for validation metrics prefer :meth:`reduce` of sums. Collective, like :meth:`reduce`."""
+        w = float(weight)
+        return self.reduce({k: (float(v) * w, w) for k, v in metrics.items()})
 
     # -- control calls (every rank, same order) ---------------------------------------------
     def _check(self) -> None:
@@ -213,7 +249,7 @@ class Session:
                 f"report(epoch={epoch}) has no {', '.join(map(repr, missing))}, the study's "
                 f"metric (reported: {sorted(metrics) or 'nothing'})"
             )
-        row: dict[str, float] = {"epoch": float(epoch)}
+        row: dict[str, float] = {"epoch": epoch}  # an int, as in the built-in trainer's curve
         for key, value in metrics.items():
             try:
                 row[str(key)] = float(value)
@@ -223,10 +259,28 @@ class Session:
         row.setdefault("train_time_s", self._spent_before + time.perf_counter() - self._started)
         return row
 
-    def save_checkpoint(self, state: Mapping[str, Any]) -> None:
+    @property
+    def checkpointer(self) -> Any:
+        """The trial's checkpoint store (training._checkpoint.Checkpointer), None without one."""
+        return self._checkpointer
+
+    def checkpoint_due(self) -> bool:
+        """Whether to save a checkpoint now, after the last report: the pruner paused the
+        trial, or ``[checkpoints] every`` falls on this epoch (an own loop's study has no
+        ``every``: its saves are the pauses). False without a checkpoint store. The same on
+        every rank."""
+        if self._checkpointer is None or not self.reports:
+            return False
+        return self.decision == PAUSE or bool(self._checkpointer.plan.due(self.last_epoch))
+
+    def save_checkpoint(self, state: Mapping[str, Any], *, reshard: bool = False) -> None:
         """Save ``state`` (this rank's: tensors, numbers, strings, lists, dicts) as the trial's
         checkpoint of the last reported epoch, in the study's artifact store. Every rank calls
-        it (each rank's state is kept, and restored on the same rank)."""
+        it (each rank's state is kept, and restored on the same rank). ``reshard=True``: the
+        checkpoint may restore on another number of ranks by training._reshard's rule (sync:
+        rank 0's state on every rank; the other algorithms: the mean of the ranks merged,
+        a copy for a new rank): for a state of floating-point tensors and numbers shaped the
+        same on every rank; the algorithm is the one :meth:`wrap` was given."""
         if self._checkpointer is None:
             raise RuntimeError("save_checkpoint: this trial has no checkpoint store (run it "
                                "through `search run`, which gives every own-loop trial one)")
@@ -236,10 +290,22 @@ class Session:
         self._agree(SAVE, self.reports, self.last_epoch)  # waits for all ranks (bounded)
         header = {"epoch": self.last_epoch, "ranks": self.size, "config": self._identity,
                   "history": self.history, "train_time_s": self.train_time_s()}
+        if reshard:
+            header.update(reshard=True, algorithm=self._algorithm())
         artifact = self._checkpointer.save(header, dict(state))  # waits for all ranks
         self.saved_after = self.reports
         if self.rank == 0:
             self.checkpoint = {"id": artifact, "epoch": self.last_epoch}
+
+    def _algorithm(self) -> str:
+        """The algorithm a resharded checkpoint's states are merged by."""
+        if "algorithm" in self._identity:  # the built-in trainer's configuration
+            return str(self._identity["algorithm"])
+        names = {o.name for o in self._optimizers}
+        if len(names) != 1:
+            raise ValueError("save_checkpoint(reshard=True) needs exactly one algorithm: wrap "
+                             f"the optimizer first (wrapped: {sorted(names) or 'none'})")
+        return names.pop()
 
     def load_checkpoint(self) -> dict[str, Any] | None:
         """This rank's state of the checkpoint this trial resumes from (a pause promoted, a
@@ -247,7 +313,13 @@ class Session:
         return None if self._resumed is None else self._resumed[1]
 
     # -- the end ----------------------------------------------------------------------------
+    def start_clock(self) -> None:
+        """Count training seconds (``train_time_s``) from now, e.g. after the set-up; without
+        it they count from the session's start. A resumed trial's earlier seconds are kept."""
+        self._started = time.perf_counter()
+
     def train_time_s(self) -> float:
+        """Training seconds of this trial so far, earlier segments (before a resume) included."""
         return self._spent_before + time.perf_counter() - self._started
 
     def finish(self) -> None:

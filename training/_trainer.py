@@ -1,4 +1,12 @@
-"""One candidate's training loop. Plain model, data and loop; MPI only at the marked edges."""
+"""One candidate's training loop. Plain model, data and loop; MPI only at the marked edges.
+
+The built-in trainer is one user of :class:`training.Session`, the front that own loops get too:
+its rank, size and device, the epoch's report to rank 0's trial and the pruner's decision on
+every rank, the bounded agreement on those calls, the checkpoints in the trial's artifact store
+(saved when ``checkpoint_due``, restored from ``load_checkpoint``), the training clock and the
+exact reduction of validation sums all come from the session. What is its own: the model, data
+and algorithm built from the configuration, pruning during training, the epoch's loop.
+"""
 
 from __future__ import annotations
 
@@ -31,17 +39,10 @@ from training._plugins import build_model, make_batch_sums, make_loss
 from training._prune_rebuild import prune_step, restore_widths
 from training._pruning import UnitPruning, widths
 from training._registry import make_algorithm
-from training._reporting import PAUSE, STOP, NullReporter, Reporter
+from training._reporting import PAUSE, STOP, Reporter
+from training._session import Session, pick_device
 
-
-def pick_device(comm: MPI.Comm) -> torch.device:
-    """CUDA when present (one device per local rank, round robin), else CPU."""
-    if torch.cuda.is_available():
-        local = comm.Split_type(MPI.COMM_TYPE_SHARED)
-        index = local.rank % torch.cuda.device_count()
-        local.Free()
-        return torch.device("cuda", index)
-    return torch.device("cpu")
+__all__ = ["Trainer", "TrainResult", "pick_device"]
 
 
 @dataclass
@@ -74,12 +75,15 @@ def _sum_over_ranks(comm: MPI.Comm, values: list[float]) -> list[float]:
 
 
 class Trainer:
-    """Trains ``config`` on ``comm``'s ranks; rank 0 reports to ``reporter`` after every epoch."""
+    """Trains ``config`` on the ranks of ``comm``: a :class:`training.Session` (what
+    ``training.worker`` passes), or a communicator on which the trainer opens its session with
+    ``reporter`` (rank 0 reports to it after every epoch), ``checkpointer`` and
+    ``resume_from``. :meth:`train` ends the session."""
 
     def __init__(
         self,
         config: TrainConfig,
-        comm: MPI.Comm,
+        comm: MPI.Comm | Session,
         *,
         reporter: Reporter | None = None,
         objective: str = "val_accuracy",
@@ -88,12 +92,19 @@ class Trainer:
         resume_from: str | None = None,
     ) -> None:
         self.config = config
-        self.comm = comm
-        self.reporter = reporter if reporter is not None else NullReporter()
+        if isinstance(comm, Session):
+            if reporter is not None or checkpointer is not None or resume_from is not None:
+                raise ValueError("Trainer(config, session): the session holds the reporter, "
+                                 "checkpointer and resume_from")
+            self.session = comm
+        else:
+            self.session = Session(comm=comm, reporter=reporter, checkpointer=checkpointer,
+                                   resume_from=resume_from, identity=config.model_dump(),
+                                   agree_timeout_s=config.agree_timeout_s, epochs=config.epochs)
+        comm = self.comm = self.session.comm
         self.objective = objective
-        self.checkpointer = checkpointer
-        self.resume_from = resume_from
-        self.device = pick_device(comm)
+        self.checkpointer = self.session.checkpointer
+        self.device = self.session.device
         torch.set_num_threads(config.threads_per_rank)
         self.data = _as_train_data(data, config)
         torch.manual_seed(config.seed)  # same initial weights on every rank ...
@@ -199,7 +210,7 @@ class Trainer:
     def evaluate(self, dataset: Any) -> dict[str, float]:
         """Mean loss and metrics over all of ``dataset``: each rank scores a strided shard;
         per-batch sums (counts of correct predictions, float64 sums of per-sample losses) are
-        added over ranks in float64, so P ranks report what one would."""
+        added over ranks by ``session.reduce``, so P ranks report what one would."""
         self.model.eval()
         whole = isinstance(dataset, InMemory)  # one batch: as fast as before the loaders
         size = -(-len(dataset) // self.comm.size) if whole else self.config.batch_size
@@ -215,8 +226,7 @@ class Trainer:
                 sums[name] = sums.get(name, 0.0) + value
             count += len(x)
         names = self._metric_names(sums)
-        *totals, k = _sum_over_ranks(self.comm, [*(sums.get(m, 0.0) for m in names), count])
-        return {m: t / max(k, 1.0) for m, t in zip(names, totals, strict=True)}
+        return self.session.reduce({m: (sums.get(m, 0.0), count) for m in names})
 
     def _metric_names(self, sums: dict[str, float]) -> list[str]:
         """The same names in the same order on every rank (a rank with no rows has none)."""
@@ -250,33 +260,21 @@ class Trainer:
         self.pace.slept_s = float(state["slept_s"])
 
     def _resume(self) -> tuple[int, list[dict[str, float]], float]:
-        """(first epoch to run, the curve so far, training seconds already spent)."""
-        if self.resume_from is None:
+        """(first epoch to run, the curve so far, training seconds already spent), from the
+        checkpoint the session resumed from (read when it opened), its state loaded."""
+        header, mine = self.session.resumed_header, self.session.load_checkpoint()
+        if header is None or mine is None:
             return 1, [], 0.0
-        if self.checkpointer is None:
-            raise ValueError("resume_from needs a checkpointer to read the checkpoint")
-        header, mine = self.checkpointer.load(self.resume_from, self._identity())
         self.load_checkpoint_state(mine)
         return int(header["epoch"]) + 1, list(header["history"]), float(header["train_time_s"])
 
-    def _identity(self) -> dict[str, Any]:
-        return self.config.model_dump()
-
-    def _save(self, epoch: int, history: list[dict[str, float]], spent: float) -> str | None:
-        assert self.checkpointer is not None
-        header = {"epoch": epoch, "ranks": self.comm.size, "config": self._identity(),
-                  "history": history, "train_time_s": spent,
-                  "reshard": True}  # restores on another width: training._reshard
-        return self.checkpointer.save(header, self.checkpoint_state())  # waits for all ranks
-
     def train(self) -> TrainResult:
-        first, history, spent = self._resume()
+        session = self.session
+        first, history, _ = self._resume()
         segment_start = time.perf_counter()
-        start = segment_start - spent  # the curve's train_time_s counts earlier segments too
+        session.start_clock()  # the curve's train_time_s: from here, earlier segments too
         state, reason = "complete", "completed all epochs"
         epochs_run = 0
-        last_checkpoint: dict[str, Any] | None = None
-        plan = self.checkpointer.plan if self.checkpointer is not None else None
         for epoch in range(first, self.config.epochs + 1):
             if self.pruning is not None:
                 self.pruning.start_epoch(epoch)
@@ -294,7 +292,7 @@ class Trainer:
                 "flops": float(self.flops),
                 # wall seconds of training so far, consensus evaluations included: with
                 # val_accuracy, what decides "which algorithm wins on this allocation"
-                "train_time_s": time.perf_counter() - start,
+                "train_time_s": session.train_time_s(),
             }
             history.append(row)
             if not math.isfinite(train_loss):  # every rank sees the same summed loss
@@ -303,10 +301,10 @@ class Trainer:
                     f"diverged: training loss is {train_loss} at epoch {epoch}",
                 )
                 break
-            decision = None
-            if self.comm.rank == 0:
-                decision = self.reporter.decide(epoch, row)
-            decision = self.comm.bcast(decision, root=0)  # waits for rank 0's pruning decision
+            # Rank 0 records the row in its trial; every rank gets the pruner's decision (a
+            # pause without a checkpointer is a stop: nothing to resume from).
+            metrics = {k: v for k, v in row.items() if k != "epoch"}
+            decision = session.report(epoch, metrics)  # waits for all ranks (bounded), rank 0
             # After the last epoch there is nothing left to save: the trial completes (its
             # value reported, so the pruner still learns from it) rather than being discarded.
             if epoch == self.config.epochs:
@@ -314,15 +312,11 @@ class Trainer:
             if decision == STOP:
                 state, reason = "pruned", f"pruned after epoch {epoch}"
                 break
-            pause = decision == PAUSE and self.checkpointer is not None
-            if plan is not None and (pause or plan.due(epoch)):
-                spent = time.perf_counter() - start
-                artifact = self._save(epoch, history, spent)  # waits for all ranks
-                last_checkpoint = {"id": artifact, "epoch": epoch}
+            if session.checkpoint_due():  # a pause, or [checkpoints] every
+                # restores on another width: training._reshard
+                session.save_checkpoint(self.checkpoint_state(), reshard=True)  # all ranks
             if decision == PAUSE:
-                # Without a checkpointer a pause cannot be resumed: it is a stop.
-                state = "paused" if pause else "pruned"
-                reason = f"{state} after epoch {epoch}"
+                state, reason = "paused", f"paused after epoch {epoch}"
                 break
         self.algorithm.finish()
         if self.claims is not None:
@@ -331,6 +325,7 @@ class Trainer:
         (slept,) = _sum_over_ranks(self.comm, [self.pace.slept_s])
         steps_per_rank = [int(s) for s in self.comm.allgather(self.steps)]  # waits for all
         test = self.evaluate(self.data.test) if self.data.test is not None else {}
+        session.finish()  # waits for all ranks (bounded): the same reports everywhere
         last = history[-1]
         return TrainResult(
             state=state,
@@ -348,7 +343,7 @@ class Trainer:
             slowdown_sleep_s=slept,
             steps_per_rank=steps_per_rank,
             start_epoch=first,
-            checkpoint=last_checkpoint if self.comm.rank == 0 else None,
+            checkpoint=session.checkpoint,  # rank 0: the newest this run wrote
             checkpoint_s=self.checkpointer.seconds if self.checkpointer is not None else 0.0,
             checkpoint_bytes=self.checkpointer.bytes if self.checkpointer is not None else 0,
         )

@@ -57,11 +57,38 @@ def thread_level() -> str:
     return names.get(MPI.Query_thread(), str(MPI.Query_thread()))
 
 
+def open_session(spec: Any, config: Any, comm: Any, *, identity: dict[str, Any],
+                 params: dict[str, Any] | None = None, objectives: list[str] | None = None,
+                 memory: Any = None) -> Any:
+    """The trial's :class:`training.Session` on ``comm``: the one front through which both doors,
+    a user's own loop and the built-in trainer, report to rank 0's trial, save and restore
+    checkpoints in its artifact store and agree on their calls within ``agree_timeout_s``.
+    ``identity`` is what a checkpoint must match to resume; ``memory``: a warm pool's shelf of
+    paused states (training._regroup), on its rank 0. Collective: every rank calls it."""
+    from training._reporting import trial_reporter
+    from training._session import Session
+
+    reporter = trial_reporter(spec, comm.rank)
+    control = comm.Dup()  # the session's calls never match the loop's own collectives
+    return Session(
+        comm=comm,
+        params=params,
+        reporter=reporter,
+        checkpointer=make_checkpointer(spec, control, reporter, memory),
+        resume_from=spec.resume_from,
+        identity=identity,
+        objectives=objectives,
+        agree_timeout_s=config.agree_timeout_s,
+        epochs=config.epochs,
+        control=control,
+    )
+
+
 def train_spec(spec: Any, config: Any, comm: Any, data: Any = None,
                memory: Any = None) -> dict[str, Any] | None:
     """Train one trial on ``comm`` (this job, or a warm pool's); rank 0 returns the result.
+    Two front doors, one session: the user's loop (``spec.own_loop``) or the built-in trainer.
     ``memory``: a warm pool's shelf of paused states (training._regroup), on its rank 0."""
-    from training._reporting import trial_reporter
     from training._trainer import Trainer
 
     check_rank_count(comm, config.ranks, spec.launcher)
@@ -73,16 +100,12 @@ def train_spec(spec: Any, config: Any, comm: Any, data: Any = None,
             return None
         return {**own, "ranks": comm.size, "mpi_thread_level": thread_level(),
                 "finish_time": time.time()}
-    reporter = trial_reporter(spec, comm.rank)
-    trainer = Trainer(
-        config,
-        comm,
-        reporter=reporter,
-        objective=spec.objectives[0],
-        data=data,
-        checkpointer=make_checkpointer(spec, comm, reporter, memory),
-        resume_from=spec.resume_from,
-    )
+    # The study's metric must be in every report, as for an own loop, when reports count.
+    reports = spec.report and spec.storage_url and spec.trial_id is not None
+    session = open_session(spec, config, comm, identity=config.model_dump(),
+                           objectives=list(spec.objectives) if reports else None,
+                           memory=memory)
+    trainer = Trainer(config, session, objective=spec.objectives[0], data=data)
     result = trainer.train()
     if comm.rank != 0:
         return None

@@ -46,9 +46,9 @@ def train(session) -> None:  # noqa: ANN001  # detol: a training.Session
             for x, y in val_loader:
                 correct += int((model(x.to(device)).argmax(1) == y.to(device)).sum())
                 seen += len(y)
-        metrics = session.mean({"val_accuracy": correct / seen}, weight=seen)  # detol
+        metrics = session.reduce({"val_accuracy": (correct, seen)})  # detol: exact over ranks
         decision = session.report(epoch, metrics)  # detol
-        if decision == "pause":  # detol
+        if session.checkpoint_due():  # detol: paused (promoted later, it goes on from here)
             session.save_checkpoint({"model": model.state_dict(), "opt": opt.state_dict(),  # detol
                                      "epoch": epoch})  # detol
         if decision != "continue":  # detol

@@ -61,7 +61,9 @@ def record(session: Any) -> None:
     epochs: list[dict[str, Any]] = []
     for epoch in range(1, session.epochs + 1):
         total, seen = _epoch(session, model, opt, loader)
-        epochs.append({"indices": seen, "steps": len(loader)})
+        # the mean index over every rank's samples: exact, whatever the ranks' shares
+        exact = session.reduce({"mean_index": (sum(seen), len(seen))})["mean_index"]
+        epochs.append({"indices": seen, "steps": len(loader), "mean_index": exact})
         with opt.consensus():
             loss = session.mean({"loss": total / max(1, len(loader))})["loss"]
         if session.report(epoch, {"loss": loss, "acc": 1.0 / epoch}) != "continue":

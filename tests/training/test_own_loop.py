@@ -63,6 +63,8 @@ def test_own_loop_completes_on_two_ranks_and_reads_each_sample_once_per_epoch(
         assert read == n and set().union(*parts) == set(range(n))  # each sample exactly once
         assert not parts[0] & parts[1]
         assert per_rank[0][epoch]["steps"] == per_rank[1][epoch]["steps"]  # no lone sync step
+        # session.reduce of (sum, count): 19 and 18 samples, the mean of all 37 exactly
+        assert [r[epoch]["mean_index"] for r in per_rank] == [(n - 1) / 2] * 2
     # the epoch advances by itself: another order in epoch 2
     assert per_rank[0][0]["indices"] != per_rank[0][1]["indices"]
 
