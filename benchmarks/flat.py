@@ -272,8 +272,11 @@ def markdown(doc: dict[str, Any]) -> str:
                      for tb in tables]
             m = per["mean"]
             se = f" ± {m['stderr']:.2f}" if m["stderr"] is not None else ""
+            # a mean over fewer tables is not comparable: say how many ran instead
+            mean = (f"{m['regret']:.2f}{se}" if m["tables"] == len(tables)
+                    else f"({m['tables']} of {len(tables)} tables)")
             lines.append(f"| {label} | " + " | ".join(cells)
-                         + f" | {m['regret']:.2f}{se} | {m['ms_per_eval']:.0f} |")
+                         + f" | {mean} | {m['ms_per_eval']:.0f} |")
     ys = doc["yardsticks"]
     rnd = [ys[tb]["random_100_noisy_regret"] for tb in tables]
     lines.append("| random search, exact (noisy incumbent) | "
