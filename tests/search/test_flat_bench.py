@@ -64,3 +64,17 @@ def test_the_docs_table_gives_no_mean_over_fewer_tables(bench):
     rows = {line.split(" (")[0].strip("| "): line for line in flat.markdown(doc).splitlines()}
     assert "| 1.00 ± 0.07 |" in rows["full"]
     assert "(1 of 2 tables)" in rows["part"] and "1.00 ± 0.10" not in rows["part"]
+
+
+def test_the_concurrency_gap_pairs_seeds_that_ran_every_table_in_both_modes(bench):
+    flat, _ = bench
+
+    def run(tb, seed, conc, regret):
+        return {"table": tb, "seed": seed, "concurrency": conc, "regret": regret, "error": None}
+
+    runs = [run(tb, s, c, {1: 1.0, 8: 1.0 + 0.1 * (s + 1)}[c] + (tb == "car"))
+            for tb in ("kc1", "car") for s in (0, 1) for c in (1, 8)]
+    runs.append(run("kc1", 2, 8, 50.0))  # seed 2 ran one mode of one table: left out
+    gap = flat.concurrency_gap(runs, ["kc1", "car"])
+    assert gap["seeds"] == 2 and gap["regret"] == pytest.approx(0.15)
+    assert gap["stderr"] == pytest.approx(0.05)
