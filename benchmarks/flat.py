@@ -227,7 +227,22 @@ def summarise(runs: list[dict[str, Any]], tables: list[str],
                 }
             if per:
                 out[opt][mode] = per
+        gap = concurrency_gap([r for r in runs if r["optimizer"] == opt], tables)
+        if gap:
+            out[opt]["gap"] = gap
     return out
+
+
+def concurrency_gap(runs: list[dict[str, Any]], tables: list[str]) -> dict[str, Any] | None:
+    """8 running minus sequential, paired by seed: per seed that ran every table in both modes,
+    the mean over the tables of the difference in regret; their mean and standard error."""
+    got = {(r["table"], r["seed"], r["concurrency"]): r["regret"] for r in runs if not r["error"]}
+    seeds = sorted({s for _, s, _ in got if all((tb, s, c) in got for tb in tables
+                                                 for c in MODES.values())})
+    if len(seeds) < 2:
+        return None
+    diff = [np.mean([got[tb, s, CONCURRENT] - got[tb, s, 1] for tb in tables]) for s in seeds]
+    return {"regret": float(np.mean(diff)), "stderr": nb201._stderr(diff), "seeds": len(seeds)}
 
 
 def print_table(summary: dict[str, Any], tables: list[str]) -> None:
@@ -263,7 +278,7 @@ def markdown(doc: dict[str, Any]) -> str:
              + " | mean ± se | ms/eval |", "|---" * (len(tables) + 3) + "|"]
     for opt, modes in doc["results"].items():
         for mode, per in modes.items():
-            if "mean" not in per:
+            if mode not in MODES or "mean" not in per:
                 continue
             seeds = sorted({per[tb]["seeds"] for tb in tables if tb in per})
             label = f"{opt} ({'seq' if mode == 'sequential' else '8 running'}, " \
@@ -272,12 +287,19 @@ def markdown(doc: dict[str, Any]) -> str:
                      for tb in tables]
             m = per["mean"]
             se = f" ± {m['stderr']:.2f}" if m["stderr"] is not None else ""
+            # a mean over fewer tables is not comparable: say how many ran instead
+            mean = (f"{m['regret']:.2f}{se}" if m["tables"] == len(tables)
+                    else f"({m['tables']} of {len(tables)} tables)")
             lines.append(f"| {label} | " + " | ".join(cells)
-                         + f" | {m['regret']:.2f}{se} | {m['ms_per_eval']:.0f} |")
+                         + f" | {mean} | {m['ms_per_eval']:.0f} |")
     ys = doc["yardsticks"]
     rnd = [ys[tb]["random_100_noisy_regret"] for tb in tables]
     lines.append("| random search, exact (noisy incumbent) | "
                  + " | ".join(f"{v:.2f}" for v in rnd) + f" | {np.mean(rnd):.2f} | |")
+    gaps = [f"{opt} {g['regret']:+.2f} ± {g['stderr']:.2f} ({g['seeds']} seeds)"
+            for opt, modes in doc["results"].items() if (g := modes.get("gap"))]
+    if gaps:
+        lines += ["", "8 running minus sequential, paired by seed: " + "; ".join(gaps)]
     return "\n".join(lines)
 
 

