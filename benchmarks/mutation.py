@@ -106,9 +106,6 @@ OWN_TESTS: dict[str, list[str]] = {
     "search/clusters/_watch.py": [
         "tests/search/test_cluster_watch.py",
     ],
-    "training/_warm_pool.py": [
-        "tests/training/test_warm_pool_rules.py",
-    ],
 }
 # tests marked mpi launch mpiexec: the mutant does not exist in those processes
 MARKERS = "not slow and not benchmark and not mpi"
