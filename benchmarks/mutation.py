@@ -379,8 +379,9 @@ def _merge(before: dict[str, Any], rerun: dict[str, Any], phase: str) -> dict[st
     return out
 
 
-def table(path: Path = RESULTS) -> str:
-    """The before/after table of a results file, in Markdown (docs/testing.md)."""
+def table(path: Path = RESULTS, phases: tuple[str, str] = ("before", "after")) -> str:
+    """The before/after table of a results file, in Markdown (docs/testing.md); ``phases``:
+    the keys of the two columns (``full_before full_after``: the full mutant sets)."""
     data = json.loads(path.read_text())
 
     def cell(r: dict[str, Any] | None) -> str:
@@ -392,8 +393,9 @@ def table(path: Path = RESULTS) -> str:
 
     rows = ["| module | before: run | caught | equivalent | score | after: run | caught "
             "| equivalent | score |", "|---|---|---|---|---|---|---|---|---|"]
-    for module, phases in sorted(data["modules"].items()):
-        rows.append(f"| {module} {cell(phases.get('before'))}{cell(phases.get('after'))[1:]}")
+    for module, runs in sorted(data["modules"].items()):
+        if any(p in runs for p in phases):
+            rows.append(f"| {module} {cell(runs.get(phases[0]))}{cell(runs.get(phases[1]))[1:]}")
     return "\n".join(rows)
 
 
@@ -413,14 +415,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="run these test files instead of the module's own (one module)")
     p.add_argument("--exclude-tests", nargs="+", default=[], metavar="PATH",
                    help="leave these test files out (a 'before' run of tests added later)")
-    p.add_argument("--table", action="store_true", help="print the results as a table")
+    p.add_argument("--table", nargs="*", metavar="PHASE",
+                   help="print the results as a table (of two phases; default: before after)")
     p.add_argument("--survivors-of", metavar="PHASE",
                    help="run only the survivors recorded under PHASE (a full 'before' run; tests "
                         "were only added since, so what it killed stays killed) and record the "
                         "module's whole count under --phase")
     args = p.parse_args(argv)
-    if args.table:
-        print(table(args.json or RESULTS))
+    if args.table is not None:
+        print(table(args.json or RESULTS, tuple(args.table or ("before", "after"))))
         return 0
     modules = args.modules or (["spaces/_genome.py"] if args.quick else list(OWN_TESTS))
     unknown = [m for m in modules if m not in OWN_TESTS]
