@@ -220,6 +220,8 @@ def test_a_command_that_cannot_run_or_hangs_says_nothing(
     bin_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert watch._output([str(bin_dir / "missing")]) == ""
+    _command(bin_dir, "fails", "echo out\necho err >&2\nexit 3\n")
+    assert watch._output([str(bin_dir / "fails")]) == "out\n"
     _command(bin_dir, "slow", "echo partial\nexec /bin/sleep 30\n")
     seen: dict[str, Any] = {}
     run = watch.subprocess.run
@@ -231,8 +233,6 @@ def test_a_command_that_cannot_run_or_hangs_says_nothing(
     monkeypatch.setattr(watch.subprocess, "run", spy)
     assert watch._output([str(bin_dir / "slow")]) == ""
     assert seen == {"capture_output": True, "text": True, "timeout": 5, "check": False}
-    _command(bin_dir, "fails", "echo out\necho err >&2\nexit 3\n")
-    assert watch._output([str(bin_dir / "fails")]) == "out\n"
 
 
 class Cluster:
