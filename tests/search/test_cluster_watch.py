@@ -210,6 +210,7 @@ def test_grid_engine_states_come_from_qstat_for_our_jobs_only(bin_dir: Path) -> 
              "7 0.5 dask root qw 11/26/2026 1\n8 0.5 other root r 11/26/2026 1\n"
              "9 0.5 short root\nEOF\n")
     assert watch._queue_states("sge", ["7", "9"]) == "7 qw"
+    assert watch._queue_states("sge", ["8", "7"]) == "7 qw; 8 r"  # qstat's order, one each
     assert (bin_dir / "qstat.args").read_text() == "-u *\n"
     assert watch._queue_states("pbs", ["7"]) == ""
     _command(bin_dir, "squeue", "exit 1\n")
