@@ -98,6 +98,14 @@ OWN_TESTS: dict[str, list[str]] = {
         "tests/search/test_recovery.py",
         "tests/search/test_study_integrity.py",
     ],
+    "training/_checkpoint.py": [
+        "tests/training/test_checkpoint_settings.py",
+        "tests/training/test_reshard.py",
+        "tests/training/test_checkpoint_rules.py",
+    ],
+    "search/clusters/_watch.py": [
+        "tests/search/test_cluster_watch.py",
+    ],
 }
 # tests marked mpi launch mpiexec: the mutant does not exist in those processes
 MARKERS = "not slow and not benchmark and not mpi"
@@ -360,8 +368,20 @@ def _record(path: Path, phase: str, per_module: dict[str, Any], settings: dict) 
     path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
-def table(path: Path = RESULTS) -> str:
-    """The before/after table of a results file, in Markdown (docs/testing.md)."""
+def _merge(before: dict[str, Any], rerun: dict[str, Any], phase: str) -> dict[str, Any]:
+    """The whole module's count after re-running ``before``'s survivors only."""
+    out = {**rerun, "mutants": before["mutants"], "not_run": before["not_run"],
+           "rerun_of": phase, "rerun_mutants": rerun["mutants"]}
+    for k in ("killed", "timeout", "equivalent"):
+        out[k] = before[k] + rerun[k]
+    scored = out["mutants"] - out["equivalent"]
+    out["score"] = round((out["killed"] + out["timeout"]) / scored, 3) if scored else None
+    return out
+
+
+def table(path: Path = RESULTS, phases: tuple[str, str] = ("before", "after")) -> str:
+    """The before/after table of a results file, in Markdown (docs/testing.md); ``phases``:
+    the keys of the two columns (``full_before full_after``: the full mutant sets)."""
     data = json.loads(path.read_text())
 
     def cell(r: dict[str, Any] | None) -> str:
@@ -373,8 +393,9 @@ def table(path: Path = RESULTS) -> str:
 
     rows = ["| module | before: run | caught | equivalent | score | after: run | caught "
             "| equivalent | score |", "|---|---|---|---|---|---|---|---|---|"]
-    for module, phases in sorted(data["modules"].items()):
-        rows.append(f"| {module} {cell(phases.get('before'))}{cell(phases.get('after'))[1:]}")
+    for module, runs in sorted(data["modules"].items()):
+        if any(p in runs for p in phases):
+            rows.append(f"| {module} {cell(runs.get(phases[0]))}{cell(runs.get(phases[1]))[1:]}")
     return "\n".join(rows)
 
 
@@ -394,10 +415,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="run these test files instead of the module's own (one module)")
     p.add_argument("--exclude-tests", nargs="+", default=[], metavar="PATH",
                    help="leave these test files out (a 'before' run of tests added later)")
-    p.add_argument("--table", action="store_true", help="print the results as a table")
+    p.add_argument("--table", nargs="*", metavar="PHASE",
+                   help="print the results as a table (of two phases; default: before after)")
+    p.add_argument("--survivors-of", metavar="PHASE",
+                   help="run only the survivors recorded under PHASE (a full 'before' run; tests "
+                        "were only added since, so what it killed stays killed) and record the "
+                        "module's whole count under --phase")
     args = p.parse_args(argv)
-    if args.table:
-        print(table(args.json or RESULTS))
+    if args.table is not None:
+        print(table(args.json or RESULTS, tuple(args.table or ("before", "after"))))
         return 0
     modules = args.modules or (["spaces/_genome.py"] if args.quick else list(OWN_TESTS))
     unknown = [m for m in modules if m not in OWN_TESTS]
@@ -413,6 +439,12 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             p.error(f"no mutant {missing[0]!r} in {modules[0]} (see --list)")
         chosen = {modules[0]: [by_key[k] for k in args.only]}
+    earlier = {}
+    if args.survivors_of:
+        recorded = json.loads((args.json or RESULTS).read_text())["modules"]
+        earlier = {m: recorded[m][args.survivors_of] for m in modules}
+        chosen = {m: [mu for mu in mutants_of(m) if mu.key in set(earlier[m]["survivors"])]
+                  for m in modules}
     if args.list or args.show:
         for m, ms in chosen.items():
             for mu in (ms if args.list else mutants_of(m)):
@@ -433,6 +465,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{m}: {len(ms)} mutants against {tests[m]}", flush=True)
         results[m] = run_module(m, ms, tests[m], budget=args.budget,
                                 timeout_factor=args.timeout_factor)
+        if m in earlier:
+            results[m] = _merge(earlier[m], results[m], args.survivors_of)
         r = results[m]
         print(f"{m}: killed {r['killed']} timeout {r['timeout']} survived {r['survived']} "
               f"equivalent {r['equivalent']} score {r['score']}", flush=True)

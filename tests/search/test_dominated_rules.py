@@ -80,3 +80,19 @@ def test_options_name_the_argument_and_echo_the_value() -> None:
         with pytest.raises(ValueError, match=message):
             DominatedPruner(**kwargs)
     assert DominatedPruner(fraction=1.0, n_startup_trials=0, n_warmup_steps=0).fraction == 1.0
+
+
+def test_the_defaults_wait_for_five_completed_trials_and_judge_from_epoch_1() -> None:
+    """fraction 0.5, 5 start-up trials, warm-up 1: what the docs promise a pruner built bare."""
+    best = [[0.9, 0.9]] * 4
+    assert not _judge(_study(MAX2, best), DominatedPruner(), {1: [0.1, 0.1]})  # 4 completed
+    assert _judge(_study(MAX2, [*best, best[0]]), DominatedPruner(), {1: [0.1, 0.1]})  # 5
+    assert not _judge(_study(MAX2, best * 2, epoch=0), DominatedPruner(), {0: [0.1, 0.1]})
+    half = [[0.9, 0.9]] * 3 + [[0.0, 0.0]] * 3  # 3 of the 6 others dominate it
+    assert _judge(_study(MAX2, half), DominatedPruner(), {1: [0.1, 0.1]})
+
+
+def test_a_malformed_vector_at_the_latest_epoch_is_never_stopped() -> None:
+    study = _study(MAX2, [[0.9, 0.9], [0.8, 0.8]], epoch=1)
+    assert not _judge(study, _pruner(fraction=0.5), {1: [0.1]})  # one entry for two objectives
+    assert not _judge(study, _pruner(fraction=0.5), {1: [0.1, 0.1], 2: "x"})
