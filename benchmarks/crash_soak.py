@@ -11,8 +11,9 @@ Faults, each at an instant drawn from ``random.Random(seed)``:
   directory, and the study's working directory) filled by one file, freed after a drawn pause.
 
 After every fault the study goes on, or, when its driver is gone, is resumed with ``search run``
-until its budget is met (a study that finishes before a fault found its target gets two more
-trials, as ``--trials`` gives them, so every planned fault strikes). Before each fault the trials are read with plain Optuna; at the end of
+until its budget is met (a study that finishes before a fault found its target gets 2, then 4,
+8, 16 more trials, as ``--trials`` gives them, so every planned fault strikes). Before each
+fault the trials are read with plain Optuna; at the end of
 each study the soak checks: every trial once COMPLETE is still COMPLETE with the same value and
 parameters, nothing is left RUNNING, the finished count is the budget, no configuration ran more
 often than ``max_retries`` allows, plain Optuna reads the storage, a driver exits non-zero only
@@ -95,6 +96,7 @@ class Study:
                                         max_retries=soaker.max_retries, warm=index % 2 == 0))
         self.pending = kills
         self.budget = soaker.budget  # raised when the study finishes before its faults struck
+        self.extension = 2  # trials added then: 2, 4, 8, 16, 16, ... (a quiet machine is fast)
         self.ledger = soak.Ledger()
         self.problems: list[str] = []
         self.kills: list[dict[str, Any]] = []
@@ -236,9 +238,11 @@ class Study:
                 if self.driver is not None and self.driver.returncode == 0 and self.finished():
                     if not self.pending or time.monotonic() >= self.s.deadline:
                         break
-                    # The study outran a fault that had no target yet (a fast machine): two
-                    # more trials for it to strike, resumed as a user raises --trials.
-                    self.budget += 2
+                    # The study outran a fault that had no target yet (a fast machine): more
+                    # trials for it to strike, resumed as a user raises --trials; twice as many
+                    # each time, so a fault's delay (up to 12 s) is soon covered.
+                    self.budget += self.extension
+                    self.extension = min(2 * self.extension, 16)
                 if self.runs >= 3 * (len(self.kills) + len(self.pending)) + 3:
                     self.problems.append(f"gave up after {self.runs} driver runs")
                     break
