@@ -27,6 +27,20 @@ def _command(bin_dir: Path, name: str, script: str) -> None:
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
 
 
+def _short_timeouts(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Every command the watch runs gets 0.5 s instead of its own timeout; the returned dict
+    fills with the keyword arguments the watch passed (its own timeout among them)."""
+    seen: dict[str, Any] = {}
+    run = watch.subprocess.run
+
+    def spy(argv: list[str], **kw: Any) -> Any:
+        seen.update(kw)
+        return run(argv, **{**kw, "timeout": 0.5})
+
+    monkeypatch.setattr(watch.subprocess, "run", spy)
+    return seen
+
+
 @pytest.fixture
 def bin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A PATH holding only the commands a test writes (their scripts name /bin/cat...)."""
@@ -224,14 +238,7 @@ def test_a_command_that_cannot_run_or_hangs_says_nothing(
     _command(bin_dir, "fails", "echo out\necho err >&2\nexit 3\n")
     assert watch._output([str(bin_dir / "fails")]) == "out\n"
     _command(bin_dir, "slow", "echo partial\nexec /bin/sleep 30\n")
-    seen: dict[str, Any] = {}
-    run = watch.subprocess.run
-
-    def spy(argv: list[str], **kw: Any) -> Any:
-        seen.update(kw)
-        return run(argv, **{**kw, "timeout": 0.5})
-
-    monkeypatch.setattr(watch.subprocess, "run", spy)
+    seen = _short_timeouts(monkeypatch)
     assert watch._output([str(bin_dir / "slow")]) == ""
     assert seen == {"capture_output": True, "text": True, "timeout": 5, "check": False}
 
@@ -268,14 +275,7 @@ def test_a_controller_that_does_not_answer_is_not_a_refusal(
     bin_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _command(bin_dir, "sbatch", "exec /bin/sleep 30\n")
-    seen: dict[str, Any] = {}
-    run = watch.subprocess.run
-
-    def spy(argv: list[str], **kw: Any) -> Any:
-        seen.update(kw)
-        return run(argv, **{**kw, "timeout": 0.5})
-
-    monkeypatch.setattr(watch.subprocess, "run", spy)
+    seen = _short_timeouts(monkeypatch)
     watch.preflight_slurm(Cluster())  # no error: the run's own watch takes over
     assert seen == {"capture_output": True, "text": True, "timeout": 60, "check": False}
     assert os.environ["PATH"].startswith(str(bin_dir))
