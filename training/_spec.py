@@ -41,3 +41,9 @@ class TrialSpec:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TrialSpec:
         return cls(**data)
+
+
+def started_marker(result_path: str) -> str:
+    """The file rank 0 of a fresh job writes once every rank is through MPI_Init: a job that
+    ends without it never ran the trial (``training.launch`` launches it again)."""
+    return f"{result_path}.started"

@@ -28,14 +28,20 @@ from training._launcher import (
     die_with_parent,
     end_job,
     failed_job,
+    first_error,
     job_env,
     launcher_argv,
     resolve_program,
     still_queued,
     tail,
 )
-from training._spec import TrialSpec
+from training._spec import TrialSpec, started_marker
 from training._warm_pool import run_warm_trial
+
+# A job that dies before all its ranks are through MPI_Init ran nothing of the trial (UCX once
+# failed to unpack a peer's address here): it is launched again, at most this many times in all.
+LAUNCH_ATTEMPTS = 3
+LAUNCH_RETRY_WAIT_S = 0.5
 
 __all__ = [
     "DEFAULT_LAUNCHER",
@@ -58,6 +64,47 @@ def _exited(proc: subprocess.Popen[bytes], timeout: float) -> bool:
             return False
         time.sleep(0.02)
     return True
+
+
+def _run_job(
+    argv: list[str],
+    env: dict[str, str],
+    log_path: Path,
+    started: float,
+    deadline: float | None,
+    should_stop: Callable[[], bool] | None,
+    timeout_s: float | None,
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Run the MPI job until it ends, its deadline passes or ``should_stop()``; the process and
+    why it was stopped ("" when it ended by itself)."""
+    stopped = ""
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,  # its own process group: killed as one
+            preexec_fn=die_with_parent if sys.platform == "linux" else None,
+        )
+        while True:
+            if _exited(proc, timeout=0.5):
+                # Not reaped yet, so its pid (the group's id) cannot be reused: what the
+                # launcher started and left behind (a launcher that was killed leaves its
+                # ranks training, or waiting for a dead peer, for ever) ends with it.
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                return proc, ""
+            if deadline is not None and time.time() > deadline:
+                stopped = f"trial timeout: still running after {timeout_s:g} s, MPI job killed"
+            elif should_stop is not None and should_stop():
+                stopped = "cancelled: the trial was stopped from outside, MPI job killed"
+            elif os.path.basename(argv[0]) == "srun":  # waiting on resources forever?
+                stopped = still_queued(log_path.read_text(errors="replace"), started)
+            if stopped:
+                _kill_group(proc, argv)
+                return proc, stopped
 
 
 def _rank_errors(directory: Path) -> list[dict[str, Any]]:
@@ -85,7 +132,7 @@ def run_trial(
     if spec.warm:  # one long-lived MPI job per Dask worker and launcher line serves many trials
         return run_warm_trial(spec, config, should_stop=should_stop)
     started = time.time()
-    stopped = ""
+    deadline = None if spec.timeout_s is None else started + spec.timeout_s
     with tempfile.TemporaryDirectory(prefix="detol-trial-") as tmp:
         result_path = str(Path(tmp) / "result.json")
         spec_path = Path(tmp) / "spec.json"
@@ -97,45 +144,40 @@ def run_trial(
         argv += [sys.executable, "-m", "training.worker", str(spec_path)]
         env = job_env(config.threads_per_rank, config.mpi_async_progress, spec.env)
         log_path = Path(tmp) / "output.log"
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(
-                argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,  # its own process group: killed as one
-                preexec_fn=die_with_parent if sys.platform == "linux" else None,
+        start_failures: list[str] = []
+        while True:
+            proc, stopped = _run_job(argv, env, log_path, started, deadline, should_stop,
+                                     spec.timeout_s)
+            output = log_path.read_text(errors="replace")
+            result: dict[str, Any] = {}
+            if os.path.exists(result_path):
+                with open(result_path) as f:
+                    result = json.load(f)
+            errors = _rank_errors(Path(tmp))
+            never_started = (
+                not stopped and proc.returncode != 0 and not result and not errors
+                and not os.path.exists(started_marker(result_path))
             )
-            deadline = None if spec.timeout_s is None else started + spec.timeout_s
-            while True:
-                if _exited(proc, timeout=0.5):
-                    # Not reaped yet, so its pid (the group's id) cannot be reused: what the
-                    # launcher started and left behind (a launcher that was killed leaves its
-                    # ranks training, or waiting for a dead peer, for ever) ends with it.
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-                    break
-                if deadline is not None and time.time() > deadline:
-                    stopped = (
-                        f"trial timeout: still running after {spec.timeout_s:g} s, "
-                        "MPI job killed"
-                    )
-                elif should_stop is not None and should_stop():
-                    stopped = "cancelled: the trial was stopped from outside, MPI job killed"
-                elif os.path.basename(argv[0]) == "srun":  # waiting on resources forever?
-                    stopped = still_queued(log_path.read_text(errors="replace"), started)
-                if stopped:
-                    _kill_group(proc, argv)
-                    break
-        output = log_path.read_text(errors="replace")
-        wall = time.time() - started
-        result: dict[str, Any] = {}
-        if os.path.exists(result_path):
-            with open(result_path) as f:
-                result = json.load(f)
-        errors = _rank_errors(Path(tmp))
-    if stopped:
+            if not never_started or len(start_failures) + 1 >= LAUNCH_ATTEMPTS:
+                break
+            # The job died before every rank got through MPI_Init (a transport that failed to
+            # come up, a launcher hiccup): nothing of the trial ran, so launch it again.
+            start_failures.append(f"exit {proc.returncode}: {first_error(output) or tail(output)}")
+            time.sleep(LAUNCH_RETRY_WAIT_S)
+    wall = time.time() - started
+    if never_started:
+        start_failures.append(f"exit {proc.returncode}: {first_error(output) or tail(output)}")
+        result = {
+            "state": "failed",
+            "exit_reason": (
+                f"MPI job failed to start: it ended before all {config.ranks} ranks got through "
+                f"MPI_Init, {len(start_failures)} times\n{tail(output)}"
+            ),
+            "log": output[-LOG_LIMIT:],
+        }
+    if never_started:
+        pass
+    elif stopped:
         result = {"state": "failed", "exit_reason": stopped}
     elif proc.returncode != 0 and result.get("state") != "failed":
         if errors:  # the first failing rank's error, even when Abort cut its output
@@ -149,6 +191,8 @@ def run_trial(
         result["log"] = output[-LOG_LIMIT:]
     if result.get("state") == "failed" and "traceback" in result:
         result["exit_reason"] = f"{result['exit_reason']}\n{tail(result.pop('traceback'))}"
+    if start_failures:  # what went wrong before the launch that counted
+        result["launch_failures"] = start_failures
     result["wall_time_s"] = wall
     result["rank_seconds"] = wall * config.ranks  # what the trial cost, for budget accounting
     result["command"] = shlex.join(argv[:-1] + ["SPEC.json"])

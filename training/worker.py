@@ -165,10 +165,15 @@ def run(spec_data: dict[str, Any]) -> int:
     from mpi4py import MPI
 
     from training._config import TrainConfig
-    from training._spec import TrialSpec
+    from training._spec import TrialSpec, started_marker
 
     comm = MPI.COMM_WORLD
     spec = TrialSpec.from_json(spec_data)
+    if spec.result_path:
+        comm.Barrier()  # every rank is through MPI_Init: from here on a failure is the trial's
+        if comm.rank == 0:
+            with open(started_marker(spec.result_path), "w"):
+                pass
     try:
         config = TrainConfig.model_validate(spec.config)
         out = train_spec(spec, config, comm)
