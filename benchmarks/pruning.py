@@ -186,7 +186,12 @@ def summarise(name: str, journal: Path) -> dict[str, Any]:
     complete = [t for t in trials if t.state == states.COMPLETE]
     scored = [(t.values[0], -t.number, t) for t in complete]
     best = max(scored, key=lambda x: x[:2])[2] if scored else None  # first of equal values
+    starts = [t.datetime_start for t in trials if t.datetime_start is not None]
+    ends = [t.datetime_complete for t in trials if t.datetime_complete is not None]
     return {
+        # The study's own span: first trial started to last trial ended (the command's wall time
+        # adds Python, the Dask cluster and the warm pool starting and stopping, ~the same for all).
+        "span_s": (max(ends) - min(starts)).total_seconds() if starts and ends else None,
         "epochs": int(sum(t.user_attrs.get("epochs_run", 0) for t in trials)),
         "rank_seconds": float(sum(t.user_attrs.get("rank_seconds", 0.0) for t in trials)),
         "train_rank_seconds": float(
@@ -220,6 +225,8 @@ def _gap(base: float | None, other: float | None) -> float | None:
 def compare(base: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
     return {
         "wall_ratio": _ratio(r["wall_s"], base["wall_s"]),
+        "span_ratio": (None if r.get("span_s") is None or not base.get("span_s")
+                       else r["span_s"] / base["span_s"]),
         "epochs_ratio": _ratio(r["epochs"], base["epochs"]),
         "rank_seconds_ratio": _ratio(r["rank_seconds"], base["rank_seconds"]),
         "train_rank_seconds_ratio": _ratio(r["train_rank_seconds"], base["train_rank_seconds"]),
@@ -311,12 +318,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"no pruning (yardstick): wall {statistics.fmean(r['wall_s'] for r in base):.1f} s, "
           f"{statistics.fmean(r['epochs'] for r in base):.0f} epochs, best val "
           f"{statistics.fmean(r['best_val'] or 0 for r in base):.4f} (means over seeds)")
-    head = (f"{'pruner':<13} {'wall ratio':>12} {'rank-s ratio':>13} {'epochs ratio':>13} "
+    head = (f"{'pruner':<13} {'wall ratio':>12} {'span ratio':>12} {'rank-s ratio':>13} {'epochs ratio':>13} "
             f"{'gap pts':>12} {'test gap':>12}  goal")
     print(head)
     print("-" * len(head))
     for name, st in summary.items():
-        print(f"{name:<13} {_ms(st['wall_ratio'], '.2f'):>12} "
+        print(f"{name:<13} {_ms(st['wall_ratio'], '.2f'):>12} {_ms(st['span_ratio'], '.2f'):>12} "
               f"{_ms(st['rank_seconds_ratio'], '.2f'):>13} {_ms(st['epochs_ratio'], '.2f'):>13} "
               f"{_ms(st['accuracy_gap'], '+.2f'):>12} {_ms(st['test_accuracy_gap'], '+.2f'):>12}  "
               f"{'met' if st['goal_met'] else 'not met'}")
