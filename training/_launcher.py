@@ -31,6 +31,12 @@ class LauncherNotFound(ValueError):
     """The launcher program is not on this machine (or the launcher line is empty)."""
 
 
+# A job that dies before all its ranks are through MPI_Init ran nothing of the trial (the mpich
+# wheel's UCX once failed to unpack a peer's address here): it is launched again (a fresh job in
+# training.launch, a fresh warm pool in training._warm_pool), at most this many times in all.
+LAUNCH_ATTEMPTS = 3
+LAUNCH_RETRY_WAIT_S = 0.5
+
 def resolve_program(name: str) -> str:
     """Absolute path of the launcher program, preferring the one installed beside this Python
     (the ``mpich`` wheel puts ``mpiexec`` there, matching the installed mpi4py)."""

@@ -47,11 +47,14 @@ from typing import Any
 
 from training._config import TrainConfig
 from training._launcher import (
+    LAUNCH_ATTEMPTS,
+    LAUNCH_RETRY_WAIT_S,
     LOG_LIMIT,
     LauncherNotFound,
     die_with_parent,
     end_job,
     failed_job,
+    first_error,
     job_env,
     launcher_argv,
     still_queued,
@@ -86,6 +89,9 @@ class WarmPool:
         self._buffer = b""
         self._log: Any = None
         self._started = 0.0
+        # The job ended before rank 0 connected: its ranks never got through MPI_Init (and the
+        # collective Dup after it), so no trial ran on it (run_warm_trial starts another).
+        self.never_started = False
 
     @property
     def argv(self) -> list[str]:
@@ -162,6 +168,7 @@ class WarmPool:
                         continue
                     self.proc.wait(timeout=_CLOSE_WAIT_S)  # rank 0 closed its end: job ending
                 if self.proc.poll() is not None:
+                    self.never_started = self._conn is None and self.trials_served == 0
                     return self._died(error_dir)
                 if deadline is not None and time.time() > deadline:
                     stopped = f"trial timeout: still running after {timeout_s:g} s, MPI job killed"
@@ -293,30 +300,46 @@ def run_warm_trial(
     keyed: dict[str, str] = {k: env[k] for k in pooled if k in env}
     keyed.update(spec.env)
     key: PoolKey = (tuple(launcher), tuple(sorted(keyed.items())))
-    pool = _check_out(key)
-    fresh = pool is None
-    if pool is None:
-        pool = WarmPool(launcher=launcher, env=env)
-        try:
-            pool.start()
-        except OSError as exc:
-            pool.kill()
-            return {
-                "state": "failed",
-                "exit_reason": f"cannot start a warm pool: {exc}",
-                "wall_time_s": time.time() - started,
-            }
     deadline = None if spec.timeout_s is None else started + spec.timeout_s
-    result = pool.run(
-        {"spec": spec.to_json()},
-        deadline=deadline,
-        should_stop=should_stop,
-        timeout_s=spec.timeout_s,
-    )
-    if pool.alive:
-        _check_in(key, pool)
-    else:
-        pool.kill()
+    start_failures: list[str] = []
+    while True:
+        pool = _check_out(key)
+        fresh = pool is None
+        if pool is None:
+            pool = WarmPool(launcher=launcher, env=env)
+            try:
+                pool.start()
+            except OSError as exc:
+                pool.kill()
+                return {
+                    "state": "failed",
+                    "exit_reason": f"cannot start a warm pool: {exc}",
+                    "wall_time_s": time.time() - started,
+                }
+        result = pool.run(
+            {"spec": spec.to_json()},
+            deadline=deadline,
+            should_stop=should_stop,
+            timeout_s=spec.timeout_s,
+        )
+        if pool.alive:
+            _check_in(key, pool)
+        else:
+            pool.kill()
+        if not (fresh and pool.never_started):
+            break
+        # As for a fresh job (training.launch): nothing of the trial ran, so start another pool.
+        log = str(result.get("log", ""))
+        start_failures.append(f"{str(result.get('exit_reason', '')).splitlines()[0]}: "
+                              f"{first_error(log) or tail(log)}")
+        if len(start_failures) >= LAUNCH_ATTEMPTS:
+            result = {**result, "exit_reason": (
+                f"MPI job failed to start: the warm pool ended before all {pool_ranks} ranks got "
+                f"through MPI_Init, {len(start_failures)} times\n{result.get('exit_reason', '')}")}
+            break
+        time.sleep(LAUNCH_RETRY_WAIT_S)
+    if start_failures:
+        result["launch_failures"] = start_failures
     if result.get("state") == "failed" and "traceback" in result:
         result["exit_reason"] = f"{result['exit_reason']}\n{tail(result.pop('traceback'))}"
     wall = time.time() - started

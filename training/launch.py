@@ -23,6 +23,8 @@ from typing import Any
 from training._config import TrainConfig
 from training._launcher import (
     DEFAULT_LAUNCHER,
+    LAUNCH_ATTEMPTS,
+    LAUNCH_RETRY_WAIT_S,
     LOG_LIMIT,
     LauncherNotFound,
     die_with_parent,
@@ -37,11 +39,6 @@ from training._launcher import (
 )
 from training._spec import TrialSpec, started_marker
 from training._warm_pool import run_warm_trial
-
-# A job that dies before all its ranks are through MPI_Init ran nothing of the trial (UCX once
-# failed to unpack a peer's address here): it is launched again, at most this many times in all.
-LAUNCH_ATTEMPTS = 3
-LAUNCH_RETRY_WAIT_S = 0.5
 
 __all__ = [
     "DEFAULT_LAUNCHER",

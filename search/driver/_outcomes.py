@@ -45,6 +45,7 @@ RESULT_ATTRS = (
     "dask_worker",  # its address: a continuation is sent back there (its warm pool's memory)
     "restored_from",  # a continuation's state: "memory" (in place on a warm pool) or "store"
     "restore_s",
+    "launch_failures",  # MPI jobs of this trial that died before every rank was through MPI_Init
 )
 
 

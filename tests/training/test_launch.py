@@ -59,25 +59,27 @@ def _mpiexec() -> str:
     return launcher_argv("mpiexec -n {ranks}", 1)[0]
 
 
-def test_a_job_that_fails_in_mpi_init_is_launched_again(tmp_path) -> None:
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_a_job_that_fails_in_mpi_init_is_launched_again(tmp_path, warm: bool) -> None:
     # The first launch really fails inside MPI_Init (UCX has no such transport), as the wheel's
     # UCX once did on its own here; the claim is a directory, made atomically by one launch.
     claim = tmp_path / "first-launch"
     line = (f"sh -c 'mkdir {claim} 2>/dev/null && export UCX_TLS=bogus; exec \"$@\"' sh "
             f"{_mpiexec()} -n {{ranks}}")
     result = run_trial({"config": {"dataset": "digits", "epochs": 1, "ranks": 2, "hidden": 16},
-                        "launcher": line})
+                        "launcher": line, "warm": warm})
     assert claim.is_dir()
     assert result["state"] == "complete", result
     (failure,) = result["launch_failures"]
     assert "MPI_Init" in failure or "UCX" in failure, failure
 
 
-def test_a_job_that_never_gets_through_mpi_init_fails_after_three_launches() -> None:
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_a_job_that_never_gets_through_mpi_init_fails_after_three_launches(warm: bool) -> None:
     line = f"sh -c 'export UCX_TLS=bogus; exec \"$@\"' sh {_mpiexec()} -n {{ranks}}"
     started = time.monotonic()
     result = run_trial({"config": {"dataset": "digits", "epochs": 1, "ranks": 2},
-                        "launcher": line})
+                        "launcher": line, "warm": warm})
     assert result["state"] == "failed"
     assert result["exit_reason"].startswith("MPI job failed to start"), result["exit_reason"]
     assert "3 times" in result["exit_reason"]
