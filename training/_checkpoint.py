@@ -81,10 +81,12 @@ class Checkpointer:
         download: Callable[[str, str], None] | None = None,
         remove: Callable[[str], None] | None = None,
         memory: MutableMapping[str, dict[str, Any]] | None = None,
+        link: Callable[[str, dict[str, Any]], None] | None = None,
     ) -> None:
         self.plan = plan
         self.comm = comm
         self._upload = upload
+        self._link = link  # rank 0: records an uploaded checkpoint (id, header) on its trial
         self._download = download
         self._remove = remove
         # Rank 0 of a warm pool (training._regroup.Shelf): a checkpoint written here is kept in
@@ -114,6 +116,8 @@ class Checkpointer:
             torch.save(data, path)
             self.bytes = os.path.getsize(path)
             artifact_id = self._upload(path, int(header["epoch"]))
+        if self._link is not None:
+            self._link(artifact_id, header)
         if self.memory is not None:  # rank 0's own state is the live trainer's: copied
             self.memory[artifact_id] = {**data, "rank_states": [copy_state(s) for s in states]}
         self.written.append(artifact_id)

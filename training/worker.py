@@ -149,16 +149,22 @@ def make_checkpointer(spec: Any, comm: Any, reporter: Any, memory: Any = None) -
         artifact_id = upload_artifact(
             artifact_store=store, file_path=path, study_or_trial=reporter.trial
         )
-        reporter.trial.set_user_attr(
-            CHECKPOINT_ATTR, {"id": artifact_id, "epoch": epoch, "store": plan.store}
-        )
         return str(artifact_id)
+
+    def link(artifact_id: str, header: dict[str, Any]) -> None:
+        # What the driver needs without reading the file: where it is, its epoch, and whether
+        # it restores on another rank count (search.driver._resize keeps a width it cannot).
+        reporter.trial.set_user_attr(CHECKPOINT_ATTR, {
+            "id": artifact_id, "epoch": int(header["epoch"]), "store": plan.store,
+            "ranks": int(header.get("ranks", comm.size)),
+            "reshard": bool(header.get("reshard", False)),
+        })
 
     def download(artifact_id: str, path: str) -> None:
         download_artifact(artifact_store=store, file_path=path, artifact_id=artifact_id)
 
     return Checkpointer(plan, comm, upload=upload, download=download, remove=store.remove,
-                        memory=memory)
+                        memory=memory, link=link)
 
 
 def run(spec_data: dict[str, Any]) -> int:

@@ -44,6 +44,9 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
+from training.contract import CHECKPOINT_ATTR
+
+from search.pruners._promotion import KEPT_ATTR  # a width its checkpoint could not leave
 from search.pruners._promotion import WIDEN_ATTR  # set on a running trial: go on this wide
 from search.pruners._promotion import WIDTH_ATTR  # a segment's width (a queued one: planned)
 
@@ -115,8 +118,22 @@ def next_width(policy: WidenOnPromotion | None, parent: FrozenTrial) -> dict[str
         wanted = parent.system_attrs.get(WIDEN_ATTR)  # it paused to take idle slots
         if isinstance(wanted, int) and not isinstance(wanted, bool):
             width = max(width, min(wanted, policy.max_ranks))
+        if not reshardable(parent) and width != ran_on(parent):
+            width = ran_on(parent)
+            out[KEPT_ATTR] = (f"trial {parent.number}'s checkpoint restores on {width} rank(s) "
+                              "only: its loop saves without save_checkpoint(..., reshard=True)")
+        elif KEPT_ATTR in parent.user_attrs:
+            out[KEPT_ATTR] = parent.user_attrs[KEPT_ATTR]  # the lineage's loop is the same
         out[WIDTH_ATTR] = width
     return out
+
+
+def reshardable(trial: FrozenTrial) -> bool:
+    """Whether ``trial``'s checkpoint restores on another rank count: the built-in trainer's
+    always do; an own loop's when it saved with ``reshard=True`` (recorded by training.worker
+    beside the checkpoint's id; a checkpoint recorded without the flag predates it: built-in)."""
+    checkpoint = trial.user_attrs.get(CHECKPOINT_ATTR)
+    return not isinstance(checkpoint, dict) or bool(checkpoint.get("reshard", True))
 
 
 def idle_widths(policy: WidenOnPromotion, running: Sequence[FrozenTrial], idle: int, *,
@@ -151,6 +168,8 @@ def idle_widths(policy: WidenOnPromotion, running: Sequence[FrozenTrial], idle: 
             break
         if epochs is not None and epochs - (step + 1) < policy.idle_min_epochs:
             continue
+        if KEPT_ATTR in t.user_attrs or not reshardable(t):
+            continue  # its checkpoints restore on its own width only: a pause would gain nothing
         ranks = ran_on(t)
         width = policy.widest_within(ranks, free)
         if width > ranks:

@@ -14,7 +14,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from search._errors import StudyError
 from search.driver import _warm_start as warm_start
-from search.driver._resize import SEGMENTS_ATTR, WIDTH_ATTR
+from search.driver._resize import KEPT_ATTR, SEGMENTS_ATTR, WIDTH_ATTR
 from search.pruners._promotion import (
     LINEAGE_ATTR,
     LINEAGE_EPOCHS_ATTR,
@@ -238,7 +238,7 @@ def requeue(
     if RESUME_OF_ATTR in attrs:  # a promoted continuation stays one
         carried[RESUME_OF_ATTR] = attrs[RESUME_OF_ATTR]
     # ... at the width it was given, with the lineage's segments before it (search.driver._resize)
-    carried.update({k: attrs[k] for k in (WIDTH_ATTR, SEGMENTS_ATTR) if k in attrs})
+    carried.update({k: attrs[k] for k in (WIDTH_ATTR, SEGMENTS_ATTR, KEPT_ATTR) if k in attrs})
     resume = resume_point(trial.number, attrs)
     if resume is not None:
         carried[RESUME_FROM_ATTR] = resume

@@ -44,6 +44,10 @@ WIDTH_ATTR = "detol:ranks"  # the ranks a segment runs on (search.driver._resize
 # (search.driver._segments.widen_idle): pause at the next epoch's end, go on this wide. A system
 # attribute: a running trial's rank 0 reads those from the storage, its user attributes cached.
 WIDEN_ATTR = "detol:widen_to"
+# Set on a continuation that runs as wide as its parent because the parent's checkpoint restores
+# on its own rank count only (an own loop's save_checkpoint without reshard=True): the reason.
+# Its lineage pauses for no more widening and takes no idle slots (search.driver._resize).
+KEPT_ATTR = "detol:width_kept"
 LINEAGE_ATTR = "detol:lineage"  # the number of the lineage's first trial
 # The work of a whole lineage up to and including a trial (earlier segments + its own): what
 # `search best`, the report and the export show for a promoted trial, carried from a paused
@@ -169,6 +173,8 @@ class PromotingHalving(optuna.pruners.BasePruner):
             return False
         n = lineage(trial)
         width = int(trial.user_attrs.get(WIDTH_ATTR, self.widen_until))
+        if KEPT_ATTR in trial.user_attrs:  # its checkpoints cannot go wider: no pause for it
+            width = max(width, self.widen_until)
         # Idle slots at the study's end: this trial is to go on wider (a value, not a rung's).
         wanted = int(trial.system_attrs.get(WIDEN_ATTR, 0)) > width
         trials = study.get_trials(deepcopy=False)

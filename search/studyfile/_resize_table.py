@@ -56,15 +56,16 @@ def resize_problems(sf: Any) -> list[StudyError]:
     if resize is None:
         return []
     problems = []
-    if sf.objective is not None:
-        what = ("an own loop's checkpoints hold its own states, which detol cannot reshard"
-                if sf.own_loop is not None else "a function objective has no ranks to widen")
-        problems.append(StudyError("resize", f"needs trials of the built-in trainer: {what}"))
+    if sf.objective is not None and sf.own_loop is None:
+        problems.append(StudyError(
+            "resize", "needs MPI trials (the built-in trainer or an own loop, "
+            "objective = \"mpi:package.module:function\"): a function objective has no ranks "
+            "to widen"))
     if not sf.pruner.promote:
         problems.append(StudyError(
             "resize", "widens a trial when it is promoted: set [pruner] promote = true "
             '(name = "asha" or "hyperband")'))
-    widest = max(sf.rank_choices) if sf.objective is None else 1
+    widest = max(sf.rank_choices) if sf.objective is None or sf.own_loop is not None else 1
     if resize.max_ranks < widest:
         problems.append(StudyError(
             "resize.max_ranks", f"is {resize.max_ranks}, narrower than trials start "
