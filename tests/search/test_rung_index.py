@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import math
 import random
-from pathlib import Path
-
 import optuna
 import pytest
 from optuna.trial import TrialState
@@ -112,7 +110,7 @@ def _play(study: optuna.Study, rng: random.Random, steps: int) -> dict[str, int]
     return seen
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(8))
 def test_the_index_answers_as_the_scan_on_random_studies(seed: int) -> None:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     rng = random.Random(seed)
@@ -122,10 +120,10 @@ def test_the_index_answers_as_the_scan_on_random_studies(seed: int) -> None:
     assert all(seen.values()), seen
 
 
-def test_the_index_answers_as_the_scan_on_a_database(tmp_path: Path) -> None:
+def test_the_index_answers_as_the_scan_on_a_database() -> None:
     """An RDB storage hands out a new record of every unfinished trial each time."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     rng = random.Random(99)
-    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'rungs.db'}")
+    study = optuna.create_study(storage="sqlite:///:memory:")  # no disk: the test stays fast
     seen = _play(study, rng, steps=40)
     assert seen["continued"] and seen["paused"], seen
