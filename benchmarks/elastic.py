@@ -6,9 +6,10 @@ What is measured, on a simulated clock (a model, not a measurement of 1,024 real
 min_resource 1, eta 3, 12 epochs: rungs 1, 3, 9) replayed on recorded learning curves by
 ``search.pruners._replay`` (the driver's own ``next_start`` decides what starts, and the width
 policy is the driver's ``search.driver._resize.WidenOnPromotion``, decided in the same place).
-``--slots`` ranks (128 by default: each answer of the promoter reads every trial, so a replay
-costs O(trials^2), and 1,024 slots with 4,096 configurations took too long here for 5 seeds);
-``--configs-per-slot`` configurations (4) drawn with
+``--slots`` ranks (1,024 by default, the issue's; the promoter keeps its rung values indexed,
+``search.pruners._rung_index``, so a replay no longer costs O(trials^2); ``--scan``: the plain
+scan that reads every trial per answer, the reference, for timing and to check that both take
+the same decisions); ``--configs-per-slot`` configurations (4) drawn with
 replacement from the 100 recorded mnist1d curves of ``results/pruning_curves.json`` (12 epochs
 each, with every epoch's recorded seconds on one rank), in a seeded random order.
 
@@ -43,12 +44,16 @@ Command::
     python benchmarks/elastic.py [--quick] [--json PATH] [--seeds N] [--slots N]
 
 ``--quick``: 64 slots, 256 configurations, 60 s epochs, 5 seeds (a few minutes on a busy
-machine). Full: ``--json results/elastic.json`` (128 slots, 60 s and 6 s epochs).
+machine). Full: ``--json results/elastic.json`` (1,024 slots, 60 s and 6 s epochs);
+``--slots 128 --json results/elastic_128.json`` the earlier size. Each arm's ``decisions`` is a
+hash of everything its replay decided (each trial's segment, width and end; each completion's
+time and value): two runs took the same decisions when their hashes agree.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -110,8 +115,15 @@ def time_to(completions: list[tuple[float, float, int]], target: float) -> float
     return next((t for t, v, _ in completions if v >= target - 1e-12), None)
 
 
+def decisions(run: Any) -> str:
+    """A hash of what a replay decided: segments, widths, completions (time and value)."""
+    text = json.dumps([run.segments, run.widths, run.completions, run.time])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def one_seed(seed: int, slots: int, n_configs: int, model: dict[str, Any], *,
-             factor: int, max_ranks: int, epoch_s: float, restart_s: float) -> dict[str, Any]:
+             factor: int, max_ranks: int, epoch_s: float, restart_s: float,
+             scan: bool = False) -> dict[str, Any]:
     values, seconds = curves()
     mean = sum(map(sum, seconds)) / sum(map(len, seconds))
     rng = random.Random(seed)
@@ -128,7 +140,7 @@ def one_seed(seed: int, slots: int, n_configs: int, model: dict[str, Any], *,
         t = time.perf_counter()
         # As the driver builds it: with [resize], a promoted trial pauses to be widened.
         pruner = PromotingHalving(1, ETA, max_resource=EPOCHS,
-                                  widen_until=policy.max_ranks if policy else 0)
+                                  widen_until=policy.max_ranks if policy else 0, index=not scan)
         run = replay(curves_n, pruner, concurrency=slots,
                      order=range(n_configs), epochs=EPOCHS, durations=durations,
                      study_name=f"elastic-{seed}", resize=policy,
@@ -141,7 +153,7 @@ def one_seed(seed: int, slots: int, n_configs: int, model: dict[str, Any], *,
                      "last_configuration_start": run.last_configuration_start,
                      "tail": run.time - run.last_configuration_start, "widened": run.widened,
                      "widths": {str(w): run.widths.count(w) for w in sorted(set(run.widths))},
-                     "replay_s": time.perf_counter() - t}
+                     "decisions": decisions(run), "replay_s": time.perf_counter() - t}
     target = min(out["fixed"]["best"], out["widen"]["best"])
     for name in arms:
         out[name]["time_to_target"] = time_to(runs[name].completions, target)
@@ -262,8 +274,14 @@ def measure_resize() -> dict[str, Any]:
 def sweep(args: argparse.Namespace, slots: int, model: dict[str, Any], restart: dict[str, Any],
           epoch_s: float) -> dict[str, Any]:
     n_configs = slots * args.configs_per_slot
-    seeds = [one_seed(s, slots, n_configs, model, factor=args.factor, max_ranks=args.max_ranks,
-                      epoch_s=epoch_s, restart_s=restart["seconds"]) for s in range(args.seeds)]
+    seeds = []
+    for s in range(args.seeds):
+        seeds.append(one_seed(s, slots, n_configs, model, factor=args.factor,
+                              max_ranks=args.max_ranks, epoch_s=epoch_s,
+                              restart_s=restart["seconds"], scan=args.scan))
+        print(f"seed {s}: " + ", ".join(f"{arm} {seeds[-1][arm]['replay_s']:.1f} s "
+                                         f"({seeds[-1][arm]['decisions']})"
+                                         for arm in ("fixed", "widen", "idle")), flush=True)
     ratio, ratio_se = mean_se([s["ratio"] for s in seeds])
     span, span_se = mean_se([s["makespan_ratio"] for s in seeds])
     print(f"\nmean 1-rank epoch {epoch_s:g} s, restart {restart['seconds']:.2f} s "
@@ -301,6 +319,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--slots", type=int)
     ap.add_argument("--configs-per-slot", type=int, default=4)
+    ap.add_argument("--scan", action="store_true",
+                    help="the promoter reads every trial per answer (the reference, O(trials^2))")
     ap.add_argument("--factor", type=int, default=2)
     ap.add_argument("--max-ranks", type=int, default=8)
     ap.add_argument("--epoch-s", type=float, nargs="+",
@@ -326,7 +346,7 @@ def main() -> None:
         args.json.write_text(json.dumps(doc, indent=1) + "\n")
         return
     args.epoch_s = args.epoch_s or ([60.0] if args.quick else [60.0, 6.0])
-    slots = args.slots or (64 if args.quick else 128)
+    slots = args.slots or (64 if args.quick else 1024)
     load_before = os.getloadavg()
     started = time.perf_counter()
     model = throughput_model()
@@ -338,6 +358,9 @@ def main() -> None:
           "model epoch time " + ", ".join(f"w={w}: {v:.3f}" for w, v in
                                           model["epoch_time"].items()))
     resize = None
+    if args.no_resize_cost and args.json is not None and args.json.is_file():
+        # Not measured again: the earlier measurement stays in the file (with its own date).
+        resize = json.loads(args.json.read_text()).get("resize_through_checkpoint")
     if not args.no_resize_cost:
         resize = {"date": now_iso(), **measure_resize()}
         for name, row in resize.items():
@@ -358,6 +381,7 @@ def main() -> None:
             "settings": {"slots": slots, "configurations_per_slot": args.configs_per_slot,
                          "eta": ETA, "epochs": EPOCHS, "factor": args.factor,
                          "max_ranks": args.max_ranks, "seeds": args.seeds,
+                         "promoter": "plain scan" if args.scan else "rung index",
                          "curves": "results/pruning_curves.json mnist1d, drawn with "
                                    "replacement; epoch seconds scaled to epoch_s"},
             "throughput_model": model, "restart": restart, "resize_through_checkpoint": resize,

@@ -1,5 +1,5 @@
-"""Pruners Optuna lacks: promotion (ASHA/Hyperband that pause and resume), Egele's top-half rule,
-dominated epoch vectors, and the replay of recorded curves.
+"""Pruners Optuna lacks: promotion (ASHA/Hyperband that pause and resume, their rung values kept
+in an index), Egele's top-half rule, dominated epoch vectors, and the replay of recorded curves.
 May import optuna, ``training.contract`` and ``search._errors``; no other folder of ``search``.
 """
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import optuna
 from optuna.study import StudyDirection
@@ -84,7 +85,10 @@ class PromotingHalving(optuna.pruners.BasePruner):
     """Pause-and-promote successive halving (``brackets`` = 1) or Hyperband (more).
 
     ``prune`` answers True when the trial should *pause* at this epoch (``pauses`` tells the
-    reporter so); ``promotable`` lists the paused trials to resume now.
+    reporter so); ``promotable`` lists the paused trials to resume now. Both read the rung
+    values from an index kept up to date trial by trial (search.pruners._rung_index);
+    ``index=False`` reads every trial on every answer instead (the reference: the same answers,
+    at O(trials) each).
     """
 
     pauses = True
@@ -97,6 +101,7 @@ class PromotingHalving(optuna.pruners.BasePruner):
         brackets: int = 1,
         max_resource: int | None = None,
         widen_until: int = 0,
+        index: bool = True,
     ) -> None:
         if min_resource < 1 or reduction_factor < 2 or min_early_stopping_rate < 0:
             raise ValueError(
@@ -110,6 +115,10 @@ class PromotingHalving(optuna.pruners.BasePruner):
         # [resize]: a trial that passes a rung narrower than this pauses anyway, to be promoted
         # at once onto a wider job (search.driver._resize); 0: it trains on where it is.
         self.widen_until = widen_until
+        # Keep the rung values indexed (search.pruners._rung_index): an answer then reads only
+        # the trials that changed. False: read every trial each time (the reference).
+        self.index = index
+        self._index: Any = None
 
     # --- rungs --------------------------------------------------------------------------
     def bracket(self, configuration: int) -> int:
@@ -177,14 +186,25 @@ class PromotingHalving(optuna.pruners.BasePruner):
             width = max(width, self.widen_until)
         # Idle slots at the study's end: this trial is to go on wider (a value, not a rung's).
         wanted = int(trial.system_attrs.get(WIDEN_ATTR, 0)) > width
+        if self.brackets == 1 and not self._is_rung(0, epoch):
+            return wanted  # one bracket: no trial to read between its rungs
         trials = study.get_trials(deepcopy=False)
-        configurations = configuration_numbers(trials) if self.brackets > 1 else {}
-        bracket = self._bracket_of(n, configurations)
+        index = self._indexed(study, trials)
+        if index is not None:
+            bracket, configurations = index.bracket(n), None  # read again only if needed
+        else:
+            configurations = configuration_numbers(trials) if self.brackets > 1 else {}
+            bracket = self._bracket_of(n, configurations)
         if not self._is_rung(bracket, epoch):
             return wanted
-        values = self._rung_values(trials, epoch, bracket, configurations)
-        values[n] = trial.intermediate_values[epoch]  # this very report, however it is stored
-        if n not in self._top(values, study.direction):
+        value = trial.intermediate_values[epoch]  # this very report, however it is stored
+        if index is not None and math.isfinite(value):
+            top = index.in_top(epoch, bracket, n, value)
+        else:
+            values = self._rung_values(trials, epoch, bracket, configurations)
+            values[n] = value
+            top = n in self._top(values, study.direction)
+        if not top:
             return True
         # Promoted: a trial that is to run wider pauses now and continues on its new width.
         return width < self.widen_until or wanted
@@ -202,9 +222,15 @@ class PromotingHalving(optuna.pruners.BasePruner):
         (``WIDEN_ATTR``: idle slots at the study's end) was judged by no rung: it is promotable
         as it is (at a rung, the rung judges it as any other)."""
         trials = study.get_trials(deepcopy=False)
+        sign = -1.0 if study.direction == StudyDirection.MAXIMIZE else 1.0
+        index = self._indexed(study, trials)
+        if index is not None:
+            chosen, widening = index.promotable(finishing)
+            return _best_first(
+                [(trials[i], int(trials[i].user_attrs[PAUSED_ATTR])) for i in chosen],
+                [(trials[i], int(trials[i].user_attrs[PAUSED_ATTR])) for i in widening], sign)
         continued = continued_parents(trials)
         configurations = configuration_numbers(trials) if self.brackets > 1 else {}
-        sign = -1.0 if study.direction == StudyDirection.MAXIMIZE else 1.0
         candidates: list[tuple[FrozenTrial, int, int, tuple[int, int]]] = []
         widening: list[tuple[FrozenTrial, int]] = []  # paused between rungs to go on wider
         for t in trials:
@@ -236,13 +262,36 @@ class PromotingHalving(optuna.pruners.BasePruner):
                     values[(epoch, bracket)].setdefault(n, value)
         tops = {key: self._top(v, study.direction, at_least_one=finishing)
                 for key, v in values.items()}
-        out: list[tuple[int, float, FrozenTrial]] = [
-            (-epoch, sign * t.intermediate_values[epoch], t)
-            for t, epoch, n, key in candidates if n in tops[key]]
-        out += [(-epoch, sign * t.intermediate_values.get(epoch, 0.0), t)
-                for t, epoch in widening]
-        out.sort(key=lambda item: (item[0], item[1], item[2].number))
-        return [t for _, _, t in out]
+        return _best_first([(t, epoch) for t, epoch, n, key in candidates if n in tops[key]],
+                           widening, sign)
+
+    def _indexed(self, study: optuna.Study, trials: list[FrozenTrial]) -> Any:
+        """This study's rung index (search.pruners._rung_index) brought up to date with
+        ``trials``; None when ``index`` is off or the trials do not fit one (read them all)."""
+        if not self.index:
+            return None
+        from search.pruners._rung_index import RungIndex, Unindexable  # it imports this module
+
+        for fresh in (False, True):
+            if fresh or self._index is None or not self._index.serves(study):
+                self._index = RungIndex(self, study)
+            try:
+                self._index.update(trials)
+                return self._index
+            except Unindexable:
+                self._index = None
+        return None
+
+
+def _best_first(candidates: list[tuple[FrozenTrial, int]],
+                widening: list[tuple[FrozenTrial, int]], sign: float) -> list[FrozenTrial]:
+    """Promotable trials (each with its paused epoch, in trial order: rung candidates in their
+    rung's top, then those paused only to widen) ordered highest rung first, then best first."""
+    out: list[tuple[int, float, FrozenTrial]] = [
+        (-epoch, sign * t.intermediate_values[epoch], t) for t, epoch in candidates]
+    out += [(-epoch, sign * t.intermediate_values.get(epoch, 0.0), t) for t, epoch in widening]
+    out.sort(key=lambda item: (item[0], item[1], item[2].number))
+    return [t for _, _, t in out]
 
 
 def continued_parents(trials: Sequence[FrozenTrial]) -> set[int]:
