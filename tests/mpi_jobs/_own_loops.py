@@ -186,6 +186,8 @@ def pruned(session: Any) -> None:
         after = model[0].weight.detach().clone()
         kept = [i for i in range(len(before)) if any(torch.equal(before[i], r) for r in after)]
         sliced = opt.state.get(model[0].weight, {}).get("momentum_buffer")
+        same = None if momentum is None or sliced is None else bool(  # before the steps
+            torch.equal(sliced, momentum[kept]) and sliced.abs().sum() > 0)
         for x, y in loader:
             opt.zero_grad()
             nn.functional.cross_entropy(model(x), y).backward()
@@ -197,8 +199,7 @@ def pruned(session: Any) -> None:
         rows.append({
             "epoch": epoch, "changed": changed, "kept": kept, "acc": acc,
             "widths": [m.out_features for m in model if isinstance(m, nn.Linear)],
-            "momentum_sliced": None if momentum is None or sliced is None else bool(
-                torch.equal(sliced, momentum[kept]) and sliced.abs().sum() > 0),
+            "momentum_sliced": same,
             "moved": float((model[0].weight.detach() - after).abs().max()),
             "weights": [float(p.detach().double().sum()) for p in model.parameters()],
         })

@@ -174,6 +174,7 @@ def test_an_own_loop_prunes_with_the_trainers_rule_and_keeps_learning(tmp_path: 
     assert rank0[-1]["acc"] > 0.9
 
 
+@pytest.mark.slow  # three trials: ~40 s at load 8
 def test_a_pruned_own_loop_resumes_at_its_pruned_widths(tmp_path: Path) -> None:
     url, study = _study(tmp_path)
     common = {"study_name": "own", "storage_url": url,
