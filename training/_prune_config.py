@@ -65,7 +65,8 @@ class PruneConfig(BaseModel):
 
     input_layer: bool = Field(
         True, description="prune the layer that reads the input too; false keeps all its "
-        "units (they cost little: their inputs are the data's channels)",
+        "units (each is cheap, its inputs being the data's channels, but the next layer then "
+        "keeps all its inputs)",
     )
     rescale: bool = Field(
         False, description="after a step, multiply each layer's gradient by its dense fan-in / "

@@ -242,7 +242,8 @@ class UnitPruning:
         # The dense fan-in of every layer (rescale) and the layer reading the input (input_layer).
         self.fan_in = {id(m): fan_in(m) for m in _sequence(model).children()
                        if isinstance(m, _PRODUCERS)}  # refuses a model it cannot prune
-        self.first = next(m for m in _sequence(model).children() if isinstance(m, _PRODUCERS))
+        self.first = next((m for m in _sequence(model).children()
+                           if isinstance(m, _PRODUCERS)), None)
         found = self.groups(model)
         if config.criterion == "bn_l1":
             for g in found:
