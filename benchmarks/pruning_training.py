@@ -31,8 +31,9 @@ The figures of ``results/pruning_training.json`` (2026-11-26) are six launches, 
 ``l1,at-start`` at ``--target 0.3`` and at ``0.8``, with ``l1-late``; Fashion-MNIST
 (``--fashion-train 2000``) with ``l1`` and with ``taylor-cubic,at-start``. ``--merge`` puts
 launches into one file (the per-launch load is in each entry).
-``results/pruning_training_remedies.json`` (2026-11-26) is four launches: mnist1d ``--seeds 10
---algorithms sync --variants l1,l1-rescale,l1-rescale-keep-input``; mnist1d ``--seeds 5
+``results/pruning_training_remedies.json`` (2026-11-26) is five launches: mnist1d ``--seeds 10
+--algorithms sync --variants l1,l1-rescale,l1-rescale-keep-input``, and ``--seeds 20 --variants
+l1-rescale-keep-input`` (key suffix " (20 seeds)"); mnist1d ``--seeds 5
 --algorithms asgd`` with ``--variants l1,l1-rescale-keep-input`` and with ``at-start,l1-rescale``;
 Fashion-MNIST ``--fashion-train 2000 --seeds 3 --algorithms sync --variants l1,l1-rescale``.
 """
