@@ -8,7 +8,9 @@ cancel. The variants: ``l1`` (the first schedule: steps at epochs 2 and 3, linea
 sparsity 1e-4), ``l1-cubic`` and ``taylor-cubic`` (three steps at epochs 2-4, cubic: most of the
 cut at epoch 2), and ``at-start`` (all of it before the first batch: the small model trained
 from scratch, the control that tells capacity from the pruning mechanism); ``l1-late`` is ``l1``
-two epochs later (steps at epochs 4 and 5). Figures per seed,
+two epochs later (steps at epochs 4 and 5); ``l1-rescale`` is ``l1`` with ``rescale = true``
+(each layer's gradient times its lost fan-in), ``l1-rescale-keep-input`` also with
+``input_layer = false``, ``at-start-rescale`` the control with ``rescale``. Figures per seed,
 each variant against the dense run of the same seed: the ratio of the trainer's own training seconds
 (``train_time_s``, evaluations included, launch excluded), the ratio of the final per-sample
 FLOPs, and the gap in final validation accuracy (dense minus pruned, in points); over seeds:
@@ -29,6 +31,11 @@ The figures of ``results/pruning_training.json`` (2026-11-26) are six launches, 
 ``l1,at-start`` at ``--target 0.3`` and at ``0.8``, with ``l1-late``; Fashion-MNIST
 (``--fashion-train 2000``) with ``l1`` and with ``taylor-cubic,at-start``. ``--merge`` puts
 launches into one file (the per-launch load is in each entry).
+``results/pruning_training_remedies.json`` (2026-11-26) is five launches: mnist1d ``--seeds 10
+--algorithms sync --variants l1,l1-rescale,l1-rescale-keep-input``, and ``--seeds 20 --variants
+l1-rescale-keep-input`` (key suffix " (20 seeds)"); mnist1d ``--seeds 5
+--algorithms asgd`` with ``--variants l1,l1-rescale-keep-input`` and with ``at-start,l1-rescale``;
+Fashion-MNIST ``--fashion-train 2000 --seeds 3 --algorithms sync --variants l1,l1-rescale``.
 """
 
 from __future__ import annotations
@@ -65,6 +72,14 @@ VARIANTS = {
                      "schedule": "cubic", "criterion": "taylor"},
     "at-start": {"target": TARGET, "start_epoch": 1, "end_epoch": 1, "steps": 1},
     "l1-late": {"target": TARGET, "start_epoch": 4, "end_epoch": 5, "steps": 2, "sparsity": 1e-4},
+    # The remedies (docs/training-core.md, "What loses the accuracy"): each layer's gradient
+    # rescaled by its lost fan-in, and the layer reading the input kept whole.
+    "l1-rescale": {"target": TARGET, "start_epoch": 2, "end_epoch": 3, "steps": 2,
+                   "sparsity": 1e-4, "rescale": True},
+    "l1-rescale-keep-input": {"target": TARGET, "start_epoch": 2, "end_epoch": 3, "steps": 2,
+                              "sparsity": 1e-4, "rescale": True, "input_layer": False},
+    "at-start-rescale": {"target": TARGET, "start_epoch": 1, "end_epoch": 1, "steps": 1,
+                         "rescale": True},
 }
 CASES = {  # the cheap one first: a long run under load keeps what finished
     "mnist1d": {"dataset": "mnist1d", "lr": 0.05},

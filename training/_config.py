@@ -107,7 +107,8 @@ class TrainConfig(BaseModel):
     )
     prune: PruneConfig | None = Field(
         None, description="prune neurons and channels during training (docs/training-core.md); "
-        "each key searchable in [space] as prune_<key>",
+        "each key searchable in [space] as prune_<key>; an own loop applies it with "
+        "session.prune_units (docs/own-loop.md)",
     )
     params: dict[str, Any] = Field(
         default_factory=dict,

@@ -63,6 +63,17 @@ class PruneConfig(BaseModel):
         "large cuts early, small ones late)",
     )
 
+    input_layer: bool = Field(
+        True, description="prune the layer that reads the input too; false keeps all its "
+        "units (each is cheap, its inputs being the data's channels, but the next layer then "
+        "keeps all its inputs)",
+    )
+    rescale: bool = Field(
+        False, description="after a step, multiply each layer's gradient by its dense fan-in / "
+        "its fan-in now, so a layer whose inputs were pruned learns as fast as before (a "
+        "weight update moves a unit's output by lr x fan-in; SGD only, Adam normalises it away)",
+    )
+
     @model_validator(mode="after")
     def _schedule(self) -> PruneConfig:
         if self.end_epoch < self.start_epoch:

@@ -5,10 +5,13 @@ buffer and RMA window are sized for the parameters they were built on. The old a
 released without its end-of-training work (no averaging: asgd ranks keep their own weights), a
 new one is made on the new parameters and takes over the old one's state (steps, counters, random
 state), as a checkpoint restore would. Collective: every rank calls it at the same point.
+:func:`step_at` is the one path of a pruning step for the built-in trainer and an own loop's
+``Session.prune_units``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -37,24 +40,47 @@ def renew_parameters(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -
             _replace(module, name, 0, None, optimizer)
 
 
-def rebuild_algorithm(trainer: Any) -> None:
-    """``trainer.algorithm`` made again on the model's current parameters, state carried."""
-    old = trainer.algorithm
+def rebuild(old: Any, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+            make: Callable[[], Any]) -> Any:
+    """``make()``'s algorithm on the model's current parameters, ``old``'s state carried
+    (collective: every rank calls it at the same point)."""
     release(old)
-    renew_parameters(trainer.model, trainer.optimizer)
-    new = trainer.make_algorithm()  # asgd: a new window (waits for all ranks)
+    renew_parameters(model, optimizer)
+    new = make()  # asgd: a new window (waits for all ranks)
     new.load_state_dict(old.state_dict())
     if isinstance(old, SyncSGD) and isinstance(new, SyncSGD):
         new.allreduce.overlapped = old.allreduce.overlapped
-    trainer.algorithm = new
+    return new
+
+
+def step_at(pruning: Any, epoch: int, model: torch.nn.Module,
+            optimizer: torch.optim.Optimizer, algorithm: Any,
+            make: Callable[[], Any]) -> Any | None:
+    """The schedule of ``pruning`` (a :class:`training._pruning.UnitPruning`) at the start of
+    ``epoch``: when a step is due, this epoch's units removed (collective: waits for all ranks)
+    and the algorithm rebuilt on the new parameters, returned; else None. The one path of both
+    doors: the built-in trainer (:func:`prune_step`) and an own loop
+    (``training.Session.prune_units``)."""
+    pruning.start_epoch(epoch)
+    if pruning.due(epoch) and pruning.prune(model, optimizer, epoch):  # waits for all ranks
+        return rebuild(algorithm, model, optimizer, make)
+    return None
+
+
+def rebuild_algorithm(trainer: Any) -> None:
+    """``trainer.algorithm`` made again on the model's current parameters, state carried."""
+    trainer.algorithm = rebuild(trainer.algorithm, trainer.model, trainer.optimizer,
+                                trainer.make_algorithm)
 
 
 def prune_step(trainer: Any, epoch: int) -> None:
-    """The trainer's pruning at the start of ``epoch`` (collective)."""
+    """The trainer's pruning at the start of ``epoch`` (collective when a step is due)."""
     from training._trainer import _flops  # the trainer imports this module
 
-    if trainer.pruning.prune(trainer.model, trainer.optimizer, epoch):  # waits for all ranks
-        rebuild_algorithm(trainer)
+    new = step_at(trainer.pruning, epoch, trainer.model, trainer.optimizer, trainer.algorithm,
+                  trainer.make_algorithm)
+    if new is not None:
+        trainer.algorithm = new
         trainer.flops = _flops(trainer.model, trainer.data.info.input_shape)
 
 

@@ -12,7 +12,7 @@ is refused with one line.
 Removal replaces each affected parameter by a new, smaller one and moves its optimizer state
 (SGD's momentum, Adam's ``exp_avg`` and ``exp_avg_sq``) with it, sliced at the same indices:
 nothing is reset. What holds the old parameter layout (sync's gradient buckets, ASGD's flat
-buffer and window) is rebuilt by :func:`prune_trainer`.
+buffer and window) is rebuilt by training._prune_rebuild.step_at.
 
 Agreement: every rank computes its importances, the vectors are gathered to every rank
 (``allgather``, waits for all ranks) and averaged in rank order, so every rank holds the same
@@ -147,6 +147,11 @@ def agreed(local: list[torch.Tensor], comm: Any) -> list[np.ndarray]:
     return out
 
 
+def fan_in(layer: nn.Module) -> int:
+    """Inputs of each output unit of a linear or convolution layer (in features x kernel)."""
+    return int(layer.weight[0].numel())
+
+
 def keep_count(width: int, original: int, fraction: float) -> int:
     """Units a group keeps when ``fraction`` of its ``original`` units are to be gone (>= 1)."""
     return max(1, min(width, round(original * (1.0 - fraction))))
@@ -234,7 +239,12 @@ class UnitPruning:
     def __init__(self, config: PruneConfig, model: nn.Module, comm: Any) -> None:
         self.config = config
         self.comm = comm
-        found = groups(model, config.units)  # refuses a model it cannot prune
+        # The dense fan-in of every layer (rescale) and the layer reading the input (input_layer).
+        self.fan_in = {id(m): fan_in(m) for m in _sequence(model).children()
+                       if isinstance(m, _PRODUCERS)}  # refuses a model it cannot prune
+        self.first = next((m for m in _sequence(model).children()
+                           if isinstance(m, _PRODUCERS)), None)
+        found = self.groups(model)
         if config.criterion == "bn_l1":
             for g in found:
                 importance(g, "bn_l1")  # refuses a layer without a batch norm, up front
@@ -245,6 +255,13 @@ class UnitPruning:
         self.kept: list[list[list[int]]] = []  # per step: each group's kept unit indices
         # taylor: per group, the importance summed over the batches since the last step
         self.taylor = [torch.zeros(g.width, dtype=torch.float64) for g in found]
+
+    def groups(self, model: nn.Module) -> list[Group]:
+        """The groups this configuration prunes (``units``; the input layer's unless
+        ``input_layer`` is false)."""
+        found = groups(model, self.config.units)
+        return found if self.config.input_layer else [g for g in found
+                                                      if g.producer is not self.first]
 
     def start_epoch(self, epoch: int) -> None:
         self.active = self.config.sparsity > 0 and epoch <= self.config.end_epoch
@@ -268,11 +285,17 @@ class UnitPruning:
         taylor's importances accumulate, then the L1 subgradient ``sparsity * sign(x)`` is
         added to the gradients of what the criterion measures."""
         criterion = self.config.criterion
-        found = groups(model, self.config.units)
+        found = self.groups(model)
         if self.collecting:
             for k, g in enumerate(found):
                 batch = taylor_batch(g)
                 self.taylor[k] = self.taylor[k].to(batch.device) + batch
+        if self.config.rescale:  # each layer learns at its dense pace (lr x fan-in per step)
+            for m in _sequence(model).children():
+                if isinstance(m, _PRODUCERS) and m.weight.grad is not None:
+                    ratio = self.fan_in.get(id(m), fan_in(m)) / fan_in(m)
+                    if ratio != 1.0:
+                        m.weight.grad.mul_(ratio)
         if not self.active:
             return
         for g in found:
@@ -287,7 +310,7 @@ class UnitPruning:
         """Collective (waits for all ranks): remove this epoch's share of units. Returns
         whether the parameter layout changed."""
         fraction = self.events.get(epoch, 0.0)
-        found = groups(model, self.config.units)
+        found = self.groups(model)
         if self.config.criterion == "taylor":
             local = [t.cpu() for t in self.taylor]
         else:

@@ -36,11 +36,14 @@ import torch
 from mpi4py import MPI
 
 from training._agreement import FINISH, REPORT, SAVE, RankDisagreement, agree
+from training._prune_rebuild import step_at
+from training._pruning import UnitPruning, resize, widths
 from training._reporting import CONTINUE, PAUSE, STOP, Decision, NullReporter, Reporter
 from training._shard import ShardBatches
 from training._wrap import DistributedOptimizer, wrap
 
 DEFAULT_AGREE_TIMEOUT_S = 20.0
+PRUNED_KEY = "detol_pruned"  # a pruned own loop's widths in each rank's checkpoint state
 
 
 def pick_device(comm: MPI.Comm) -> torch.device:
@@ -76,6 +79,7 @@ class Session:
         agree_timeout_s: float = DEFAULT_AGREE_TIMEOUT_S,
         epochs: int = 10,
         control: MPI.Comm | None = None,
+        prune: Any = None,
     ) -> None:
         if not agree_timeout_s > 0:
             raise ValueError(f"agree_timeout_s must be > 0, got {agree_timeout_s!r}")
@@ -101,6 +105,9 @@ class Session:
         self.saved_after: int | None = None  # the report count at the newest checkpoint
         self.checkpoint: dict[str, Any] | None = None  # rank 0: {"id", "epoch"} of the newest
         self._optimizers: list[DistributedOptimizer] = []
+        # [training] prune (a PruneConfig) for the first wrapped model: see prune_units
+        self._prune_config = prune
+        self._pruned: DistributedOptimizer | None = None
         self._broken: str | None = None
         self._resumed: tuple[dict[str, Any], dict[str, Any]] | None = None
         self.resumed_header: dict[str, Any] | None = None  # the checkpoint's epoch, curve, ...
@@ -154,10 +161,44 @@ class Session:
         """``model`` with rank 0's weights on every rank and ``optimizer`` wrapped with one of
         our algorithms ("sync", "asgd", "localsgd", "simuparallel"); ``options``:
         ``send_every`` (asgd), ``local_steps`` (localsgd), ``bucket_kb`` (sync), ``seed``.
-        Collective: call it on every rank. Wrap before restoring a checkpoint."""
+        Collective: call it on every rank. Wrap before restoring a checkpoint.
+
+        With ``[training] prune`` in the study (or ``prune_<key>`` searched), the first model
+        wrapped is the one :meth:`prune_units` prunes (a model it cannot prune is refused here);
+        a resumed trial's model is shrunk here to its checkpoint's widths, so that its saved
+        ``state_dict()`` loads."""
+        pruning = None
+        if self._prune_config is not None and self._pruned is None:
+            pruning = UnitPruning(self._prune_config, model, self.comm)  # refuses, one line
+            saved = None if self._resumed is None else self._resumed[1].get(PRUNED_KEY)
+            if saved is not None:  # the pruned shapes first, then the user's load_state_dict
+                resize(model, list(saved["widths"]), optimizer)
+                pruning.load_state_dict(saved["pruning"])
         model, opt = wrap(model, optimizer, self.comm, algorithm, **options)
         self._optimizers.append(opt)
+        if pruning is not None:
+            opt.pruning = (pruning, model)
+            self._pruned = opt
         return model, opt
+
+    def prune_units(self, epoch: int) -> bool:
+        """At the start of every epoch, on every rank: the study's ``[training] prune``
+        schedule on the wrapped model, the built-in trainer's own path
+        (training._prune_rebuild.step_at): in an epoch with a step, the agreed least important
+        neurons and channels are removed from the model (it shrinks in place), the optimizer's
+        state is sliced with them and the algorithm rebuilt (collective: waits for all ranks).
+        Returns whether units were removed now (the model's parameters are new tensors then:
+        anything else holding the old ones must take the new). False without a prune table."""
+        opt = self._pruned
+        if opt is None:
+            return False
+        pruning, model = opt.pruning  # type: ignore[misc]
+        assert opt.make is not None
+        new = step_at(pruning, int(epoch), model, opt.optimizer, opt.algorithm, opt.make)
+        if new is None:
+            return False
+        opt.renew(new)
+        return True
 
     def reduce(self, sums: Mapping[str, tuple[float, float]]) -> dict[str, float]:
         """Each metric's mean over every rank's samples: ``sums`` maps a name to this rank's
@@ -288,6 +329,10 @@ class Session:
             raise TypeError(f"save_checkpoint(state): state must be a dict, got "
                             f"{type(state).__name__}")
         self._agree(SAVE, self.reports, self.last_epoch)  # waits for all ranks (bounded)
+        if self._pruned is not None:  # the pruned widths, for wrap to restore them first
+            pruning, model = self._pruned.pruning  # type: ignore[misc]
+            state = {**state, PRUNED_KEY: {"widths": widths(model),
+                                           "pruning": pruning.state_dict()}}
         header = {"epoch": self.last_epoch, "ranks": self.size, "config": self._identity,
                   "history": self.history, "train_time_s": self.train_time_s()}
         if reshard:
@@ -310,7 +355,9 @@ class Session:
     def load_checkpoint(self) -> dict[str, Any] | None:
         """This rank's state of the checkpoint this trial resumes from (a pause promoted, a
         retry), else None. Read once when the session starts: calling it costs nothing."""
-        return None if self._resumed is None else self._resumed[1]
+        if self._resumed is None:
+            return None
+        return {k: v for k, v in self._resumed[1].items() if k != PRUNED_KEY}
 
     # -- the end ----------------------------------------------------------------------------
     def start_clock(self) -> None:

@@ -277,9 +277,7 @@ class Trainer:
         epochs_run = 0
         for epoch in range(first, self.config.epochs + 1):
             if self.pruning is not None:
-                self.pruning.start_epoch(epoch)
-                if self.pruning.due(epoch):
-                    prune_step(self, epoch)  # waits for all ranks
+                prune_step(self, epoch)  # a step due: waits for all ranks
             train_loss = self._run_epoch(epoch)
             epochs_run += 1
             with self.algorithm.consensus():  # waits for all ranks (except sync)

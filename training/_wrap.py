@@ -8,7 +8,8 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -30,14 +31,23 @@ class DistributedOptimizer:
     """
 
     def __init__(
-        self, optimizer: torch.optim.Optimizer, algorithm: Any, *, name: str, average: bool
+        self, optimizer: torch.optim.Optimizer, algorithm: Any, *, name: str, average: bool,
+        make: Callable[[], Any] | None = None,
     ) -> None:
         self.optimizer = optimizer
         self.algorithm = algorithm
         self.name = name
+        self.make = make  # the algorithm again, on the model's current parameters
         self._scale = 1.0 / algorithm.comm.size if average and algorithm.comm.size > 1 else 1.0
         self._params = [p for g in optimizer.param_groups for p in g["params"]]
         self.steps = 0
+        # Pruning during training (Session.prune_units): (UnitPruning, the wrapped model).
+        self.pruning: tuple[Any, torch.nn.Module] | None = None
+
+    def renew(self, algorithm: Any) -> None:
+        """After a prune: ``algorithm`` (rebuilt on the new parameters) drives the step."""
+        self.algorithm = algorithm
+        self._params = [p for g in self.optimizer.param_groups for p in g["params"]]
 
     @property
     def param_groups(self) -> list[dict[str, Any]]:
@@ -61,6 +71,9 @@ class DistributedOptimizer:
                 for p in self._params:
                     if p.grad is not None:
                         p.grad.mul_(self._scale)  # summed over ranks -> mean
+        if self.pruning is not None:  # as the trainer: taylor's sums, the sparsity penalty
+            pruning, model = self.pruning
+            pruning.after_backward(model)
         out = self.optimizer.step()
         self.algorithm.after_step()
         self.steps += 1
@@ -110,8 +123,10 @@ def wrap(
         raise ValueError("wrap: the optimizer holds parameters that are not the model's "
                          "(make the optimizer from this model's parameters)")
     lr = float(optimizer.param_groups[0]["lr"])
-    algo = make_algorithm(algorithm, model, comm, lr=lr, send_every=send_every,
-                          local_steps=local_steps, bucket_bytes=bucket_kb * 1024, seed=seed)
+    make = functools.partial(make_algorithm, algorithm, model, comm, lr=lr,
+                             send_every=send_every, local_steps=local_steps,
+                             bucket_bytes=bucket_kb * 1024, seed=seed)
+    algo = make()
     algo.broadcast_parameters(root=0)  # waits for rank 0: every rank starts from its weights
     return model, DistributedOptimizer(optimizer, algo, name=algorithm,
-                                       average=algorithm == "sync")
+                                       average=algorithm == "sync", make=make)

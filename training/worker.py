@@ -81,6 +81,7 @@ def open_session(spec: Any, config: Any, comm: Any, *, identity: dict[str, Any],
         agree_timeout_s=config.agree_timeout_s,
         epochs=config.epochs,
         control=control,
+        prune=config.prune,  # an own loop's session.prune_units (the trainer prunes itself)
     )
 
 

@@ -167,9 +167,9 @@ class Driver:
         try:
             params = self.space.suggest(trial)
             genome = params.pop("genome", None)
-            if self.sf.own_loop is not None:  # the user's params are theirs; ranks is ours too
-                config = self.sf.training.with_params(
-                    {k: v for k, v in params.items() if k == "ranks"})
+            if self.sf.own_loop is not None:  # the user's params are theirs; ranks is ours
+                config = self.sf.training.with_params(  # too, and prune_<key> (prune_units)
+                    {k: v for k, v in params.items() if k == "ranks" or k.startswith("prune_")})
                 if genome is not None:
                     record_genome(trial, genome)
                     params["genome"] = genome.to_dict()

@@ -143,3 +143,69 @@ def checkpointed(session: Any) -> None:
 
 def no_metric(session: Any) -> None:
     session.report(1, {"not_the_metric": 1.0})
+
+
+class Blobs(Dataset):
+    """Sample i: class i % 3, a point near that class's centre in 8 dimensions (learnable)."""
+
+    def __init__(self, n: int) -> None:
+        g = torch.Generator().manual_seed(7)
+        self.centres = 2.0 * torch.randn(3, 8, generator=g)
+        self.x = torch.randn(n, 8, generator=g)
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        return self.centres[i % 3] + self.x[i], i % 3
+
+
+def pruned(session: Any) -> None:
+    """An MLP pruned by ``session.prune_units`` at each epoch's start ([training] prune in the
+    trial's config); records per epoch the widths, which rows of the first layer were kept,
+    whether its momentum was sliced with them (not reset) and how far its weights moved in the
+    epoch after; ``params["save_at"]``: save a checkpoint after that epoch and return."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(),
+                          nn.Linear(16, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    model, opt = session.wrap(model, opt, algorithm=session.params.get("algorithm", "sync"))
+    state, start = session.load_checkpoint(), 1
+    if state is not None:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        start = state["epoch"] + 1
+    data = Blobs(192)
+    loader = session.shard(data, batch_size=32)
+    rows: list[dict[str, Any]] = []
+    for epoch in range(start, session.epochs + 1):
+        before = model[0].weight.detach().clone()
+        momentum = opt.state.get(model[0].weight, {}).get("momentum_buffer")
+        changed = session.prune_units(epoch)
+        after = model[0].weight.detach().clone()
+        kept = [i for i in range(len(before)) if any(torch.equal(before[i], r) for r in after)]
+        sliced = opt.state.get(model[0].weight, {}).get("momentum_buffer")
+        same = None if momentum is None or sliced is None else bool(  # before the steps
+            torch.equal(sliced, momentum[kept]) and sliced.abs().sum() > 0)
+        for x, y in loader:
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+        with torch.no_grad():
+            correct = int((model(data.centres[torch.arange(192) % 3] + data.x).argmax(1)
+                           == torch.arange(192) % 3).sum())
+        acc = session.reduce({"acc": (correct, 192)})["acc"]
+        rows.append({
+            "epoch": epoch, "changed": changed, "kept": kept, "acc": acc,
+            "widths": [m.out_features for m in model if isinstance(m, nn.Linear)],
+            "momentum_sliced": same,
+            "moved": float((model[0].weight.detach() - after).abs().max()),
+            "weights": [float(p.detach().double().sum()) for p in model.parameters()],
+        })
+        session.report(epoch, {"loss": 1.0 - acc, "acc": acc})
+        if epoch == session.params.get("save_at"):
+            session.save_checkpoint({"model": model.state_dict(), "opt": opt.state_dict(),
+                                     "epoch": epoch})
+            break
+    _write(session, "pruned" if state is None else "pruned-resumed", rows)

@@ -150,3 +150,44 @@ def test_a_metric_the_loop_does_not_report_fails_the_trial_naming_it(tmp_path: P
     assert result["state"] == "failed"
     assert ("report(epoch=1) has no 'val_accuracy', the study's metric (reported: "
             "['not_the_metric'])") in result["exit_reason"]
+
+
+PRUNE = {"target": 0.5, "start_epoch": 2, "end_epoch": 3, "steps": 2, "sparsity": 1e-4}
+
+
+def _pruned_spec(tmp_path: Path, **more: Any) -> dict[str, Any]:
+    spec = _spec("pruned", tmp_path, epochs=4, objectives=("acc",), **more)
+    spec["config"]["prune"] = PRUNE  # [training] prune: session.prune_units follows it
+    return spec
+
+
+def test_an_own_loop_prunes_with_the_trainers_rule_and_keeps_learning(tmp_path: Path) -> None:
+    result = run_trial(_pruned_spec(tmp_path))
+    assert result["state"] == "complete", result.get("exit_reason")
+    rank0, rank1 = _read(tmp_path, "pruned")
+    assert rank0 == rank1  # the same units removed, the same weights (sync) on both ranks
+    assert [r["changed"] for r in rank0] == [False, True, True, False]
+    assert [r["widths"] for r in rank0] == [[16, 16, 3], [12, 12, 3], [8, 8, 3], [8, 8, 3]]
+    assert len(rank0[2]["kept"]) == 8 and rank0[2]["kept"] != list(range(8))  # by importance
+    assert all(r["momentum_sliced"] for r in rank0[1:])  # sliced with the weights, not reset
+    assert all(r["moved"] > 1e-4 for r in rank0)  # the pruned layer learns after each prune
+    assert rank0[-1]["acc"] > 0.9
+
+
+@pytest.mark.slow  # three trials: ~40 s at load 8
+def test_a_pruned_own_loop_resumes_at_its_pruned_widths(tmp_path: Path) -> None:
+    url, study = _study(tmp_path)
+    common = {"study_name": "own", "storage_url": url,
+              "checkpoints": {"store": str(tmp_path / "artifacts"), "every": 0, "keep": 2}}
+    straight = run_trial(_pruned_spec(tmp_path / "a", trial_id=study.ask()._trial_id, **common))
+    first = run_trial(_pruned_spec(tmp_path / "b", trial_id=study.ask()._trial_id,
+                                   params={"save_at": 2}, **common))
+    assert first["checkpoint"]["epoch"] == 2
+    again = run_trial(_pruned_spec(tmp_path / "b", trial_id=study.ask()._trial_id,
+                                   params={"save_at": 2},  # the same params: it resumes
+                                   resume_from=first["checkpoint"]["id"], **common))
+    assert straight["state"] == again["state"] == "complete", again.get("exit_reason")
+    whole, resumed = _read(tmp_path / "a", "pruned")[0], _read(tmp_path / "b", "pruned-resumed")
+    assert resumed[0] == resumed[1]
+    assert [r["widths"] for r in resumed[0]] == [[8, 8, 3], [8, 8, 3]]  # 12 restored, then 8
+    assert resumed[0][-1]["weights"] == pytest.approx(whole[-1]["weights"], abs=1e-5)

@@ -164,3 +164,27 @@ def test_a_searched_family_that_cannot_be_pruned_is_refused_up_front() -> None:
         parse_study({"name": "p", "training": {"epochs": 4},
                      "space": {"prune_target": {"type": "float", "low": 0.0, "high": 0.5},
                                "genome": {"family": "cell"}}})
+
+
+def test_input_layer_false_keeps_the_first_layers_units() -> None:
+    model = _stack()
+    config = PruneConfig(target=0.5, start_epoch=1, end_epoch=1, steps=1, input_layer=False)
+    assert UnitPruning(config, model, _Self()).prune(model, None, 1)
+    assert widths(model) == [16, 8, 16]  # the convolution reading the image keeps its 16
+
+
+def test_rescale_multiplies_a_pruned_layers_gradient_by_its_lost_fan_in() -> None:
+    grads = {}
+    for rescale in (False, True):
+        model = _stack()
+        config = PruneConfig(target=0.5, start_epoch=1, end_epoch=1, steps=1, rescale=rescale)
+        pruning = UnitPruning(config, model, _Self())
+        pruning.prune(model, None, 1)
+        torch.manual_seed(2)
+        nn.functional.cross_entropy(model(torch.randn(4, 64)), torch.tensor([0, 1, 2, 3])).backward()
+        pruning.after_backward(model)
+        grads[rescale] = [m.weight.grad.clone() for m in model.body
+                          if isinstance(m, nn.Conv2d | nn.Linear)]
+    # first conv reads the image (fan-in 9, unchanged); the others lost half their inputs
+    assert [torch.allclose(a * r, b) for a, b, r in zip(grads[False], grads[True], (1, 2, 2, 2))] \
+        == [True] * 4
