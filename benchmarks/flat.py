@@ -188,6 +188,15 @@ def run_jobs(jobs: list[Job], workers: int, peers_python: str | None, runs_path:
                              max_minutes=max_minutes, describe=describe)
 
 
+def runs_in(name: str, mode: str, twins: dict[str, str], concurrent_only: list[str] | None
+            ) -> bool:
+    """Whether ``name`` runs in ``mode``: sequentially unless a twin's runs are its own;
+    with 8 running only ours (those of ``concurrent_only``, when given)."""
+    if mode == "sequential":
+        return name not in twins
+    return name not in flat_peers.PEERS and (concurrent_only is None or name in concurrent_only)
+
+
 def summarise(runs: list[dict[str, Any]], tables: list[str], optimizers: list[str],
               sequential_of: dict[str, str] | None = None) -> dict[str, Any]:
     """optimizer -> mode -> {table: figures, "mean": over the tables that ran}.
@@ -366,8 +375,7 @@ def main(argv: list[str] | None = None) -> int:
             if not r["error"]}
     twins = dict(map(tuple, args.sequential_of))
     jobs = [Job(n, tb, s, MODES[m], EVALUATIONS) for n in names for m in modes
-            if (m == "sequential" and n not in twins) or (n not in flat_peers.PEERS and (
-                args.concurrent_only is None or n in args.concurrent_only))
+            if runs_in(n, m, twins, args.concurrent_only)
             for s in range(capped.get(n, seeds)) for tb in tables]
     jobs = [j for j in jobs if (j.optimizer, j.table, j.seed, j.concurrency) not in have]
     # Seed by seed across every optimizer and table: a run cut short stays balanced.

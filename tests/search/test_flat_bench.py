@@ -99,3 +99,13 @@ def test_a_variant_that_acts_only_concurrently_shares_its_twins_sequential_runs(
     assert liar_off["sequential"]["kc1"]["seeds"] == 2
     assert liar_off["gap"] == {"regret": 2.0, "stderr": 0.0, "seeds": 2}
     assert "gap" not in out["tpe"]  # the twin itself ran no 8-running seed
+
+
+def test_a_twin_runs_only_with_8_running_and_peers_only_sequentially(bench):
+    flat, _ = bench
+    twins = {"tpe:constant_liar=false": "tpe"}
+    assert [flat.runs_in("tpe:constant_liar=false", m, twins, None) for m in flat.MODES] == [
+        False, True]
+    assert [flat.runs_in("tpe", m, twins, None) for m in flat.MODES] == [True, True]
+    assert [flat.runs_in("hebo", m, twins, None) for m in flat.MODES] == [True, False]
+    assert not flat.runs_in("gp", "concurrent", twins, ["tpe"])
