@@ -30,14 +30,9 @@ def space_kind(space: spaces.Space, directions: list[str]) -> str:
         return "multi-objective"
     if any(space.condition(n) for n in space):
         return "conditional"
-    if has_genome(space):
+    if any(isinstance(space[n], spaces.GenomeFamily) for n in space):
         return "genome"
     return "flat"
-
-
-def has_genome(space: spaces.Space) -> bool:
-    """Whether one of the space's dimensions is a topology genome (``[space.genome]``)."""
-    return any(isinstance(space[n], spaces.GenomeFamily) for n in space)
 
 
 def choose(space: spaces.Space, directions: list[str]) -> str:

@@ -11,7 +11,7 @@ import optuna
 import spaces
 from search._errors import StudyError
 from search.pruners._promotion import hyperband_brackets
-from search.strategies._auto import AUTO, choose, has_genome
+from search.strategies._auto import AUTO, choose
 from search.strategies._evolution import EvolutionSampler
 from search.strategies._gp import WindowedGPSampler
 from search.strategies._nsga2 import GenomeChildGeneration, GenomeNSGAIISampler
@@ -61,16 +61,12 @@ def _tpe(
 ) -> optuna.samplers.BaseSampler:
     # Multivariate and grouped; the distinct variant never re-proposes a candidate the study
     # holds, running ones included (91.41 -> 91.49 on NB201). Optuna's constant liar (running
-    # trials counted as bad results) by the space when left out: off over a genome, where the
-    # distinct filter keeps concurrent asks apart (canonical cells are few and exact repeats
-    # are what TPE piles onto) and the liar only pushed them from the good region (8 running
-    # vs sequential on NB201, 100 seeds: -0.003 / -0.09 / -0.13 without it, -0.04 / -0.16 /
-    # -0.17 with it, benchmarks/results/nb201-variants.json); on over a flat space, where
-    # concurrent asks crowd onto neighbouring values that the filter does not see as repeats
-    # (benchmarks/flat.py: docs/strategies.md, "8 running against sequential").
-    liar = options["constant_liar"]
-    if liar is None:
-        liar = not has_genome(space)
+    # trials counted as bad results) is off by default: with the distinct filter keeping
+    # concurrent asks apart, it only pushed them away from the good region. 8 trials running vs
+    # sequential on NB201, 100 seeds: -0.003 / -0.09 / -0.13 without it, -0.04 / -0.16 / -0.17
+    # with it (CIFAR-10 / CIFAR-100 / ImageNet16-120; benchmarks/results/nb201-variants.json).
+    # On the nine flat tables it spreads 8 concurrent asks but leaves the regret where it was:
+    # -0.01 +- 0.15 with 8 running, 30 seeds paired (benchmarks/results/flat.json).
     return DistinctTPESampler(
         space=space,
         seed=seed,
@@ -78,7 +74,7 @@ def _tpe(
         n_ei_candidates=options["ei_candidates"],
         multivariate=True,
         group=True,
-        constant_liar=liar,
+        constant_liar=options["constant_liar"],
         window=options["window"] or None,
     )
 
@@ -213,12 +209,7 @@ STRATEGIES = {
 STRATEGY_OPTIONS: dict[str, dict[str, Any]] = {
     "auto": {},  # the chosen strategy's defaults; name it to set its options
     "random": {},
-    "tpe": {
-        "startup_trials": 10,
-        "ei_candidates": 100,
-        "constant_liar": None,  # by the space: on without a genome, off with one (see _tpe)
-        "window": 1000,
-    },
+    "tpe": {"startup_trials": 10, "ei_candidates": 100, "constant_liar": False, "window": 1000},
     "gp": {"startup_trials": 10, "window": 200},
     "evolution": {
         "selection": None,  # "greedy", or "tournament" when a tournament size is given

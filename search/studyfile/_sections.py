@@ -139,9 +139,7 @@ class Strategy(_Strict):
     )
     ei_candidates: int | None = Field(None, ge=1, description="tpe: candidates scored per ask")
     constant_liar: bool | None = Field(
-        None,
-        description="tpe: running trials count as bad results (Optuna's constant liar); "
-        "left out: on unless the space has a genome",
+        None, description="tpe: running trials count as bad results (Optuna's constant liar)"
     )
     window: int | None = Field(
         None,

@@ -420,16 +420,15 @@ def _eight_asks_apart(options: dict[str, Any], seed: int) -> float:
     return float(np.mean([np.abs(a - b).sum() for i, a in enumerate(asks) for b in asks[i + 1:]]))
 
 
-def test_tpe_lies_about_running_trials_on_a_flat_space_only() -> None:
+def test_tpe_constant_liar_spreads_concurrent_asks_and_is_off_by_default() -> None:
     # On ordinal values the distinct filter lets 8 concurrent asks crowd onto neighbours of one
-    # point; the default (Optuna's constant liar on a flat space) spreads them.
-    told = sum(_eight_asks_apart({}, seed) for seed in range(3))
-    without = sum(_eight_asks_apart({"constant_liar": False}, seed) for seed in range(3))
-    assert told > 1.3 * without, (told, without)
-    # Over a genome the liar stays off (it cost 0.04-0.07 points on NAS-Bench-201).
-    assert not build_sampler("tpe", {}, 0, SPACE, ["maximize"])._constant_liar  # noqa: SLF001
-    assert build_sampler("tpe", {"constant_liar": True}, 0, SPACE,
-                         ["maximize"])._constant_liar  # noqa: SLF001
+    # point; Optuna's constant liar, through our sampler (its window and filter), spreads them.
+    told = sum(_eight_asks_apart({"constant_liar": True}, seed) for seed in range(3))
+    default = sum(_eight_asks_apart({}, seed) for seed in range(3))
+    assert told > 1.3 * default, (told, default)
+    # Off by default: it cost 0.04-0.07 points on NAS-Bench-201 and moved no flat table's
+    # regret (benchmarks/results/flat.json).
+    assert not build_sampler("tpe", {}, 0, FLAT, ["maximize"])._constant_liar  # noqa: SLF001
 
 
 def test_tpe_does_not_spend_evaluations_on_repeated_cells() -> None:
