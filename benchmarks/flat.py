@@ -40,7 +40,7 @@ Command::
 
     python benchmarks/flat.py [--quick] [--json PATH] [--seeds N] [--tables T ...]
         [--strategies S ...] [--modes sequential concurrent] [--seeds-of NAME=N ...]
-        [--concurrent-only NAME ...]
+        [--concurrent-only NAME ...] [--sequential-of LABEL OTHER]
         [--peers-python PATH] [--runs PATH [--resume]] [--workers N] [--max-minutes M]
 """
 
@@ -188,17 +188,29 @@ def run_jobs(jobs: list[Job], workers: int, peers_python: str | None, runs_path:
                              max_minutes=max_minutes, describe=describe)
 
 
-def summarise(runs: list[dict[str, Any]], tables: list[str],
-              optimizers: list[str]) -> dict[str, Any]:
-    """optimizer -> mode -> {table: figures, "mean": over the tables that ran}."""
+def runs_in(name: str, mode: str, twins: dict[str, str], concurrent_only: list[str] | None
+            ) -> bool:
+    """Whether ``name`` runs in ``mode``: sequentially unless a twin's runs are its own;
+    with 8 running only ours (those of ``concurrent_only``, when given)."""
+    if mode == "sequential":
+        return name not in twins
+    return name not in flat_peers.PEERS and (concurrent_only is None or name in concurrent_only)
+
+
+def summarise(runs: list[dict[str, Any]], tables: list[str], optimizers: list[str],
+              sequential_of: dict[str, str] | None = None) -> dict[str, Any]:
+    """optimizer -> mode -> {table: figures, "mean": over the tables that ran}.
+    ``sequential_of``: label -> the label whose sequential runs are its own (see --help)."""
     out: dict[str, Any] = {}
     for opt in optimizers:
         out[opt] = {}
+        twin = (sequential_of or {}).get(opt)
+        own = [r for r in runs if r["optimizer"] == opt and not (twin and r["concurrency"] == 1)]
+        own += [r for r in runs if twin and r["optimizer"] == twin and r["concurrency"] == 1]
         for mode, conc in MODES.items():
             per: dict[str, Any] = {}
             for tb in tables:
-                mine = [r for r in runs if r["optimizer"] == opt and r["table"] == tb
-                        and r["concurrency"] == conc]
+                mine = [r for r in own if r["table"] == tb and r["concurrency"] == conc]
                 good = [r for r in mine if not r["error"]]
                 if not mine:
                     continue
@@ -227,7 +239,7 @@ def summarise(runs: list[dict[str, Any]], tables: list[str],
                 }
             if per:
                 out[opt][mode] = per
-        gap = concurrency_gap([r for r in runs if r["optimizer"] == opt], tables)
+        gap = concurrency_gap(own, tables)
         if gap:
             out[opt]["gap"] = gap
     return out
@@ -278,8 +290,9 @@ def markdown(doc: dict[str, Any]) -> str:
              + " | mean ± se | ms/eval |", "|---" * (len(tables) + 3) + "|"]
     for opt, modes in doc["results"].items():
         for mode, per in modes.items():
-            if mode not in MODES or "mean" not in per:
-                continue
+            if mode not in MODES or "mean" not in per or (
+                    mode == "sequential" and opt in doc["settings"].get("sequential_of", {})):
+                continue  # (a twin's sequential row is its twin's: shown once)
             seeds = sorted({per[tb]["seeds"] for tb in tables if tb in per})
             label = f"{opt} ({'seq' if mode == 'sequential' else '8 running'}, " \
                 f"{'-'.join(map(str, [seeds[0], seeds[-1]] if len(seeds) > 1 else seeds))})"
@@ -322,6 +335,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="default: both (8 running is for ours only)")
     p.add_argument("--concurrent-only", nargs="+", metavar="NAME",
                    help="run 8 running for these of ours only (default: all of ours)")
+    p.add_argument("--sequential-of", nargs=2, action="append", default=[],
+                   metavar=("LABEL", "OTHER"),
+                   help="LABEL runs sequentially exactly as OTHER (an option that acts only "
+                   "while trials run concurrently, e.g. tpe:constant_liar=false and tpe): "
+                   "OTHER's sequential runs are LABEL's, none is run for it")
     p.add_argument("--peers-python", help="the Python of the peers' own environment")
     p.add_argument("--runs", help="append every finished run here (JSON lines)")
     p.add_argument("--resume", action="store_true", help="skip runs already in --runs")
@@ -355,9 +373,9 @@ def main(argv: list[str] | None = None) -> int:
         old = [json.loads(line) for line in runs_path.read_text().splitlines() if line.strip()]
     have = {(r["optimizer"], r["table"], r["seed"], r["concurrency"]) for r in old
             if not r["error"]}
+    twins = dict(map(tuple, args.sequential_of))
     jobs = [Job(n, tb, s, MODES[m], EVALUATIONS) for n in names for m in modes
-            if m == "sequential" or (n not in flat_peers.PEERS and (
-                args.concurrent_only is None or n in args.concurrent_only))
+            if runs_in(n, m, twins, args.concurrent_only)
             for s in range(capped.get(n, seeds)) for tb in tables]
     jobs = [j for j in jobs if (j.optimizer, j.table, j.seed, j.concurrency) not in have]
     # Seed by seed across every optimizer and table: a run cut short stays balanced.
@@ -367,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     total = time.perf_counter() - started
     names += [o for o in dict.fromkeys(r["optimizer"] for r in runs) if o not in names]
     tables = [tb for tb in TABLES if tb in tables or any(r["table"] == tb for r in runs)]
-    summary = summarise(runs, tables, names)
+    summary = summarise(runs, tables, names, twins)
     print_table(summary, tables)
     if args.json:
         from search.simulated import _flat
@@ -386,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
                 "wall_s_this_invocation": total,
                 "load1_mean": float(np.mean([r["load1"] for r in runs])) if runs else None,
                 "peers_python": args.peers_python,
+                "sequential_of": twins,
             },
             "yardsticks": {tb: {"best": _flat.table(tb).best,
                                 "random_100": _flat.random_mean(tb),

@@ -134,24 +134,26 @@ class DistinctTPESampler(TPESampler):
         return params
 
     def _windowed(self, study: Study) -> Study | WindowedStudy:
-        """``study`` as TPE's fit sees it: every trial it would read, or the window of them."""
+        """``study`` as TPE's fit sees it: every trial it would read, or the window of the
+        finished ones plus, with the constant liar, at most ``window // 10`` running ones (the
+        most recently asked), as the GP's window does: the "bad" set stays mostly results even
+        with 1,024 trials running."""
         if not self._window:
             return study
-        states = (TrialState.COMPLETE, TrialState.PRUNED) + (
-            (TrialState.RUNNING,) if self._constant_liar else ()
-        )
         trials = study._get_trials(  # noqa: SLF001
-            deepcopy=False, states=states, use_cache=not self._constant_liar
+            deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED), use_cache=True
         )
-        if len(trials) <= self._window:
+        running = study._get_trials(  # noqa: SLF001
+            deepcopy=False, states=(TrialState.RUNNING,), use_cache=False
+        ) if self._constant_liar else []
+        if len(trials) + len(running) <= self._window:
             return study
-        n = sum(t.state != TrialState.RUNNING for t in trials)
         multi = len(study.directions) > 1
         gamma = self._gamma or (default_gamma_multiobjective if multi else default_gamma)
         picked = self._windows.setdefault(study._study_id, Window()).pick(  # noqa: SLF001
-            study, trials, size=self._window, best=gamma(n)
+            study, trials, size=self._window, best=gamma(len(trials))
         )
-        return WindowedStudy(study, picked)
+        return WindowedStudy(study, picked + running[-(self._window // 10):])
 
     def _sample(
         self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]

@@ -78,3 +78,34 @@ def test_the_concurrency_gap_pairs_seeds_that_ran_every_table_in_both_modes(benc
     gap = flat.concurrency_gap(runs, ["kc1", "car"])
     assert gap["seeds"] == 2 and gap["regret"] == pytest.approx(0.15)
     assert gap["stderr"] == pytest.approx(0.05)
+
+
+def test_a_variant_that_acts_only_concurrently_shares_its_twins_sequential_runs(bench):
+    flat, _ = bench
+
+    def run(opt, tb, seed, conc, regret):
+        return {"optimizer": opt, "table": tb, "seed": seed, "concurrency": conc,
+                "regret": regret, "regret_at_50": regret, "ms_per_eval": 1.0, "load1": 1.0,
+                "error": None}
+
+    runs = [run("tpe", tb, s, 1, 1.0 + s) for tb in ("kc1", "car") for s in (0, 1)]
+    runs += [run("tpe:constant_liar=false", tb, s, 8, 3.0 + s) for tb in ("kc1", "car")
+             for s in (0, 1)]
+    runs.append(run("tpe:constant_liar=false", "kc1", 0, 1, 99.0))  # ignored: the twin's count
+    out = flat.summarise(runs, ["kc1", "car"], ["tpe", "tpe:constant_liar=false"],
+                         {"tpe:constant_liar=false": "tpe"})
+    liar_off = out["tpe:constant_liar=false"]
+    assert liar_off["sequential"]["kc1"]["regret"] == out["tpe"]["sequential"]["kc1"]["regret"]
+    assert liar_off["sequential"]["kc1"]["seeds"] == 2
+    assert liar_off["gap"] == {"regret": 2.0, "stderr": 0.0, "seeds": 2}
+    assert "gap" not in out["tpe"]  # the twin itself ran no 8-running seed
+
+
+def test_a_twin_runs_only_with_8_running_and_peers_only_sequentially(bench):
+    flat, _ = bench
+    twins = {"tpe:constant_liar=false": "tpe"}
+    assert [flat.runs_in("tpe:constant_liar=false", m, twins, None) for m in flat.MODES] == [
+        False, True]
+    assert [flat.runs_in("tpe", m, twins, None) for m in flat.MODES] == [True, True]
+    assert [flat.runs_in("hebo", m, twins, None) for m in flat.MODES] == [True, False]
+    assert not flat.runs_in("gp", "concurrent", twins, ["tpe"])

@@ -74,6 +74,22 @@ def test_tpe_window_keeps_the_good_trials_of_the_whole_study() -> None:
     assert build_sampler("tpe", {}, 0, FLAT, ["maximize"])._windowed(study) is study  # 1,000
 
 
+def test_tpe_window_lies_about_the_most_recent_running_trials_only() -> None:
+    """With the constant liar, the window holds ``window`` finished trials and at most
+    ``window // 10`` running ones, the most recently asked: 1,024 running trials do not crowd
+    the results out of TPE's "bad" set."""
+    study = filled(FLAT, 120, running=40)
+    sampler = build_sampler("tpe", {"window": 100, "constant_liar": True}, 0, FLAT, ["maximize"])
+    windowed = sampler._windowed(study)
+    finished = windowed._get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    running = windowed._get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    assert len(finished) == 100
+    assert [t.number for t in running] == list(range(150, 160))
+    assert build_sampler("tpe", {"window": 100, "constant_liar": False}, 0, FLAT,
+                         ["maximize"])._windowed(study)._get_trials(
+        deepcopy=False, states=(TrialState.RUNNING,)) == []
+
+
 def test_window_of_several_objectives_keeps_the_pareto_front() -> None:
     study = filled(FLAT, 400, directions=2)
     trials = study.get_trials(deepcopy=False)
