@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from spaces import (
+    CellFamily,
+    CellGenome,
     Layer,
     MacroFamily,
     MacroGenome,
@@ -17,7 +19,16 @@ from spaces import (
     crossover,
     mutate,
 )
-from spaces._mutation import _macro_add, _macro_crossover, _macro_remove, _stack_crossover
+from spaces._mutation import (
+    _cell_crossover,
+    _macro_add,
+    _macro_crossover,
+    _macro_op,
+    _macro_remove,
+    _stack_add,
+    _stack_crossover,
+    applicable_mutations,
+)
 
 MACRO = MacroFamily(min_nodes=1, max_nodes=7, ops=("conv", "max_pool", "identity"),
                     widths=(4, 8), kernels=(1, 3), max_inputs=2)
@@ -169,3 +180,76 @@ def test_crossover_checks_both_parents() -> None:
     for a, b in ((big, ok), (ok, big)):
         with pytest.raises(ValueError, match="out of range"):
             crossover(small, a, b, np.random.default_rng(0))
+
+
+# --- the full mutant set (issue 33): what the tests above still let live --------------------
+
+
+def test_a_removal_over_max_inputs_keeps_max_inputs_distinct_inherited_inputs() -> None:
+    conv = lambda w, *i: MacroNode(op="conv", inputs=i, width=w, kernel=1)  # noqa: E731
+    # removing node 3 (width 16) hands its inputs {1, 2} to the output, which also reads 0
+    g = MacroGenome(nodes=(conv(4, 0), conv(8, 0), conv(16, 1, 2), conv(4, 0, 3)))
+    kept = set()
+    for seed in range(80):
+        child = _macro_remove(MACRO, g, np.random.default_rng(seed))
+        if [n.width for n in child.nodes] != [4, 8, 4]:
+            continue  # another node went
+        inputs = child.nodes[-1].inputs
+        assert len(inputs) == MACRO.max_inputs and set(inputs) <= {0, 1, 2}, inputs
+        kept.add(inputs)
+    assert kept == {(0, 1), (0, 2), (1, 2)}  # any max_inputs of them, at random
+
+
+def test_cell_crossover_takes_each_edge_from_either_parent_half_the_time() -> None:
+    family = CellFamily()
+    a = CellGenome(nodes=4, edges=("nor_conv_3x3",) * 6)
+    b = CellGenome(nodes=4, edges=("skip_connect",) * 6)
+    from_a = np.zeros(6)
+    for seed in range(60):
+        child = _cell_crossover(family, a, b, np.random.default_rng(seed))
+        assert all(op in ("nor_conv_3x3", "skip_connect") for op in child.edges)
+        from_a += [op == "nor_conv_3x3" for op in child.edges]
+    assert ((from_a > 15) & (from_a < 45)).all(), from_a  # about 30 of 60 at every edge
+
+
+def test_nothing_to_change_gives_the_genome_itself() -> None:
+    fixed = MacroFamily(min_nodes=1, max_nodes=1, ops=("conv",), widths=(4,), kernels=(3,),
+                        max_inputs=1)
+    g = MacroGenome(nodes=(MacroNode(op="conv", inputs=(0,), width=4, kernel=3),))
+    assert applicable_mutations(fixed, g) == []
+    assert mutate(fixed, g, np.random.default_rng(0)) is g
+    cell = CellFamily(nodes=2, ops=("none", "skip_connect"))  # "none" would cut the only path
+    only = CellGenome(nodes=2, edges=("skip_connect",))
+    assert applicable_mutations(cell, only) == []
+    assert mutate(cell, only, np.random.default_rng(0)) is only
+
+
+def test_an_op_change_reaches_every_node_and_keeps_the_hyperparameters_it_can() -> None:
+    family = MacroFamily(min_nodes=1, max_nodes=4, ops=("conv", "max_pool", "identity"),
+                         widths=(4, 8), kernels=(1, 3), max_inputs=2)
+    g = MacroGenome(nodes=(MacroNode(op="conv", inputs=(0,), width=8, kernel=3),
+                           MacroNode(op="identity", inputs=(1,)),
+                           MacroNode(op="max_pool", inputs=(2,), kernel=3)))
+    changed = set()
+    for seed in range(60):
+        child = _macro_op(family, g, np.random.default_rng(seed))
+        (k,) = [k for k in (1, 2, 3) if child.nodes[k - 1] != g.nodes[k - 1]]
+        changed.add(k)
+        old, new = g.nodes[k - 1], child.nodes[k - 1]
+        assert new.op != old.op and new.inputs == old.inputs
+        for name in ("width", "kernel"):
+            if getattr(old, name) is not None and getattr(new, name) is not None:
+                assert getattr(new, name) == getattr(old, name)  # kept, not drawn again
+        family.check(child)
+    assert changed == {1, 2, 3}
+
+
+def test_a_stack_layer_is_inserted_at_each_place_alike() -> None:
+    family = StackFamily(min_dense_layers=1, max_dense_layers=2, widths=(8, 16))
+    g = StackGenome(layers=(Layer(kind="dense", width=32, activation="relu", dropout=0.0),))
+    first = 0
+    for seed in range(400):
+        child = _stack_add(family, g, np.random.default_rng(seed))
+        assert len(child.layers) == 2 and g.layers[0] in child.layers
+        first += child.layers[1] == g.layers[0]  # the new layer went before the old one
+    assert 160 < first < 240  # half of 400 (a third would mean the end is favoured)
