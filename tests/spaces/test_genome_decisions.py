@@ -17,6 +17,7 @@ from spaces._genome import (
     GenomeFamily,
     ParamsDecisions,
     RngDecisions,
+    check_int,
     count,
     genome_from_dict,
     pick,
@@ -137,3 +138,18 @@ def test_different_genomes_hash_apart_and_equal_ones_together() -> None:
     assert len({hash(g) for g in genomes}) == len(set(genomes)) > 20
     assert all(hash(g) == hash(MacroFamily(max_nodes=5).from_params(
         MacroFamily(max_nodes=5).to_params(g))) for g in genomes)
+
+
+def test_a_genome_of_another_family_is_refused_by_name() -> None:
+    cell = CellFamily().sample(np.random.default_rng(0))
+    with pytest.raises(ValueError, match="^genome: a cell genome is not a member of a macro fam"):
+        MacroFamily().check(cell)
+
+
+def test_integer_options_take_both_ends_of_their_range() -> None:
+    assert check_int("nodes", 2, 2, 8) == 2 and check_int("nodes", 8, 2, 8) == 8
+    assert CellFamily(nodes=8).nodes == 8
+    assert MacroFamily(max_nodes=16, max_inputs=4).max_inputs == 4
+    for bad in (1, 9):
+        with pytest.raises(ValueError, match=rf"^nodes: {bad} is out of range \[2, 8\]"):
+            check_int("nodes", bad, 2, 8)
