@@ -339,3 +339,18 @@ def test_a_stack_attribute_with_two_choices_can_mutate() -> None:
     g = StackGenome(layers=(Layer(kind="dense", width=8, activation="relu", dropout=0.0),))
     assert applicable_mutations(family, g) == ["param"]  # one activation, one dropout
     assert mutate(family, g, np.random.default_rng(0)).layers[0].width == 16
+
+
+def test_stack_crossover_draws_each_valid_cut_alike() -> None:
+    # dense parts a1 a2 | b: the cuts that keep 1 to 3 dense layers give five children
+    family = StackFamily(min_dense_layers=1, max_dense_layers=3)
+    dense = lambda w: Layer(kind="dense", width=w, activation="relu", dropout=0.0)  # noqa: E731
+    a1, a2, b1 = dense(8), dense(16), dense(32)
+    a, b = StackGenome(layers=(a1, a2)), StackGenome(layers=(b1,))
+    counts: dict[tuple[int, ...], int] = {}
+    for seed in range(500):
+        child = _stack_crossover(family, a, b, np.random.default_rng(seed))
+        widths = tuple(layer.width for layer in child.layers)
+        counts[widths] = counts.get(widths, 0) + 1
+    assert set(counts) == {(32,), (8, 32), (8,), (8, 16, 32), (8, 16)}
+    assert all(60 < n < 140 for n in counts.values()), counts  # 100 each
