@@ -162,10 +162,13 @@ def test_options_are_checked_and_named() -> None:
                             ({"tournament": 0}, r"^tournament: must be in \[1, population=30\]"),
                             ({"mutation_prob": 1.5}, r"^mutation_prob: must be in \[0, 1\], got 1.5$"),
                             ({"crossover_prob": -0.1},
-                             r"^crossover_prob: must be in \[0, 1\], got -0.1$")):
+                             r"^crossover_prob: must be in \[0, 1\], got -0.1$"),
+                            ({"crossover_prob": 1.5},
+                             r"^crossover_prob: must be in \[0, 1\], got 1.5$")):
         with pytest.raises(ValueError, match=message):
             EvolutionSampler(space=SPACE, **kwargs)
     EvolutionSampler(space=SPACE, population=2, tournament=2, mutation_prob=0, crossover_prob=1)
+    EvolutionSampler(space=SPACE, population=2, tournament=1, mutation_prob=1, crossover_prob=0)
 
 
 def test_proposals_with_crossover_on_are_valid_members_of_the_space() -> None:
@@ -179,3 +182,95 @@ def test_proposals_with_crossover_on_are_valid_members_of_the_space() -> None:
         FAMILY.check(FAMILY.from_params(params, prefix="genome"))
         assert ("momentum" in params) == (params["opt"] == "sgd")
         assert ("beta" in params) == (params["opt"] == "adam")
+
+
+# --- the full mutant set (issue 33): what the tests above still let live --------------------
+
+WIDE = spaces.Space({f"c{i}": spaces.Categorical(tuple(range(10))) for i in range(6)})
+WIDE_DISTS = {f"c{i}": CategoricalDistribution(tuple(range(10))) for i in range(6)}
+
+
+def _ask(space: spaces.Space, study: optuna.Study) -> dict[str, Any]:
+    trial = study.ask()
+    return {name: space[name].suggest(trial, name) for name in space}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_full_population_evolves_one_step_from_a_member_without_crossover(seed: int) -> None:
+    # Four members six steps apart; with the defaults (no crossover) and one unit a step, the
+    # first child is one step from its parent: not a random draw (at exactly `population`
+    # complete trials evolution has begun), not two steps, not a cross of two members.
+    sampler = EvolutionSampler(space=WIDE, population=4, tournament=1, mutation_prob=0.0,
+                               seed=seed)
+    members = [{f"c{i}": v for i in range(6)} for v in (0, 3, 6, 9)]
+    study = _study(sampler, members, WIDE_DISTS)
+    child = _ask(WIDE, study)
+    distance = min(sum(child[k] != m[k] for k in child) for m in members)
+    assert distance == 1, child
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_mutation_prob_one_given_to_the_sampler_changes_every_unit(seed: int) -> None:
+    sampler = EvolutionSampler(space=WIDE, population=4, tournament=4, mutation_prob=1.0,
+                               seed=seed)
+    study = _study(sampler, [{f"c{i}": v for i in range(6)} for v in (0, 3, 6, 9)], WIDE_DISTS)
+    child = _ask(WIDE, study)  # the parent is the best member, all 9s: no unit keeps its 9
+    assert all(v != 9 for v in child.values()), child
+
+
+def test_a_tie_in_the_tournament_goes_to_the_oldest_member() -> None:
+    space = spaces.Space({"a": spaces.Categorical((0, 1, 2, 3))})
+    sampler = EvolutionSampler(space=space, population=4, tournament=4, seed=0)
+    study = optuna.create_study(sampler=sampler, direction="maximize")
+    for a in (2, 0, 3, 1):
+        study.add_trial(create_trial(params={"a": a}, value=1.0,
+                                     distributions={"a": CategoricalDistribution((0, 1, 2, 3))}))
+    members = sampler.population(study)
+    rng = np.random.default_rng(0)
+    for s in (1.0, -1.0):
+        assert [sampler._select(members, s, rng)["a"] for _ in range(5)] == [2] * 5
+
+
+def test_a_parent_from_before_the_space_grew_gets_what_it_lacks_drawn() -> None:
+    # members hold only "a": the space has since gained a genome and "b"
+    family = spaces.CellFamily(nodes=3)
+    space = spaces.Space({"genome": family, "a": spaces.Categorical((0, 1)),
+                          "b": spaces.Float(low=0.0, high=1.0)})
+    sampler = EvolutionSampler(space=space, population=2, tournament=2, seed=0)
+    study = _study(sampler, [{"a": 0}, {"a": 1}], {"a": CategoricalDistribution((0, 1))})
+    for seed in range(5):
+        parent = sampler._select(sampler.population(study), 1.0, np.random.default_rng(seed))
+        assert parent["a"] == 1 and 0.0 <= parent["b"] <= 1.0  # the best, "b" drawn
+        family.check(family.from_params(parent, prefix="genome"))  # a genome drawn
+
+
+def test_crossover_keeps_the_scalars_that_come_before_the_genome() -> None:
+    space = spaces.Space({"lr": spaces.Float(low=1e-3, high=1e-1, log=True), "genome": FAMILY})
+    assert list(space) == ["lr", "genome"]
+    sampler = EvolutionSampler(space=space, population=2, tournament=1, crossover_prob=1.0,
+                               seed=0)
+    a, b = _parent(1) | {"lr": 0.002}, _parent(2) | {"lr": 0.05}
+    for seed in range(10):
+        child = sampler._crossover(a, b, np.random.default_rng(seed))
+        assert child["lr"] in (0.002, 0.05)
+        FAMILY.check(FAMILY.from_params(child, prefix="genome"))
+
+
+def test_a_mutated_genome_leaves_no_parameter_of_the_old_one_behind() -> None:
+    sizes = set()
+    for seed in range(30):
+        parent = _parent(seed)
+        child = mutate_params(SPACE, SCALARS, parent, np.random.default_rng(seed), 1.0)
+        genome = FAMILY.from_params(child, prefix="genome")
+        own = FAMILY.to_params(genome, prefix="genome")
+        assert {k: v for k, v in child.items() if k.startswith("genome.")} == own
+        sizes.add(len(genome.nodes) - len(FAMILY.from_params(parent, prefix="genome").nodes))
+    assert {-1, 1} <= sizes  # nodes were added and removed, so parameters came and went
+
+
+def test_a_parent_lacking_a_dimension_that_applies_gets_it_drawn_not_mutated() -> None:
+    for seed in range(10):
+        parent = _parent(seed)
+        del parent["lr"]
+        child = mutate_params(SPACE, SCALARS, parent, np.random.default_rng(seed), 1.0)
+        assert 1e-3 <= child["lr"] <= 1e-1

@@ -97,6 +97,21 @@ def test_errors_name_the_dimension() -> None:
         SpaceEmbedding({"lr": Float(low=0.0, high=1.0)})  # type: ignore[arg-type]
 
 
+class Seed:
+    """A dimension of the protocol (a space takes any) that the embedding has no encoding for."""
+
+    def suggest(self, trial: object, name: str) -> int:
+        return trial.suggest_int(name, 0, 9)  # type: ignore[attr-defined]
+
+    def values_to_check(self) -> list[int]:
+        return [0, 9]
+
+
+def test_a_dimension_it_cannot_encode_is_named_with_its_type() -> None:
+    with pytest.raises(ValueError, match="^seed: cannot embed a Seed dimension$"):
+        SpaceEmbedding(Space({"lr": Float(low=0.0, high=1.0), "seed": Seed()}))
+
+
 def test_scalars_only_and_many_rows() -> None:
     embed = SpaceEmbedding(Space({"lr": Float(low=0.0, high=1.0), "k": Categorical((1, 2))}))
     assert embed.names == ("lr", "k=1", "k=2") and repr(embed) == (

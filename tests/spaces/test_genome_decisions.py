@@ -11,12 +11,13 @@ import numpy as np
 import optuna
 import pytest
 
-from spaces import CellFamily, genome_from_json, make_family
+from spaces import CellFamily, MacroFamily, StackFamily, genome_from_json, make_family
 from spaces._genome import (
     FAMILIES,
     GenomeFamily,
     ParamsDecisions,
     RngDecisions,
+    check_int,
     count,
     genome_from_dict,
     pick,
@@ -39,7 +40,6 @@ def test_a_genome_table_without_a_family_is_one_line_not_a_key_error() -> None:
 
 
 def test_short_hash_depends_on_every_part_and_is_stable() -> None:
-    assert short_hash("a", 1) == short_hash("a", 1)
     assert len({short_hash("a", 1), short_hash("a", 2), short_hash("b", 1), short_hash()}) == 4
     # sha1 of repr(('a', 1)): the same in every process (Python's hash() is not)
     assert short_hash("a", 1) == hashlib.sha1(b"('a', 1)").hexdigest()
@@ -113,3 +113,43 @@ def test_families_register_by_name_and_options_are_checked() -> None:
         make_family("cell", width=3)
     assert make_family("cell", nodes=3).nodes == 3
     assert CellFamily().values_to_check() == []
+
+
+def _sorted_pairs(pairs: list[tuple[str, object]]) -> dict:
+    keys = [k for k, _ in pairs]
+    assert keys == sorted(keys), keys
+    return dict(pairs)
+
+
+def test_the_json_a_key_hashes_is_compact_with_sorted_keys() -> None:
+    # the key (stored with each trial) hashes this text: another process or version must write
+    # the same bytes, so the form is fixed: keys sorted at every level, no spaces
+    rng = np.random.default_rng(0)
+    for family in (CellFamily(), MacroFamily(max_nodes=4), StackFamily(max_conv_layers=1)):
+        g = family.sample(rng)
+        text = g.to_json()
+        assert " " not in text and "\n" not in text
+        assert json.loads(text, object_pairs_hook=_sorted_pairs) == g.to_dict()
+
+
+def test_different_genomes_hash_apart_and_equal_ones_together() -> None:
+    rng = np.random.default_rng(1)
+    genomes = [MacroFamily(max_nodes=5).sample(rng) for _ in range(40)]
+    assert len({hash(g) for g in genomes}) == len(set(genomes)) > 20
+    assert all(hash(g) == hash(MacroFamily(max_nodes=5).from_params(
+        MacroFamily(max_nodes=5).to_params(g))) for g in genomes)
+
+
+def test_a_genome_of_another_family_is_refused_by_name() -> None:
+    cell = CellFamily().sample(np.random.default_rng(0))
+    with pytest.raises(ValueError, match="^genome: a cell genome is not a member of a macro fam"):
+        MacroFamily().check(cell)
+
+
+def test_integer_options_take_both_ends_of_their_range() -> None:
+    assert check_int("nodes", 2, 2, 8) == 2 and check_int("nodes", 8, 2, 8) == 8
+    assert CellFamily(nodes=8).nodes == 8
+    assert MacroFamily(max_nodes=16, max_inputs=4).max_inputs == 4
+    for bad in (1, 9):
+        with pytest.raises(ValueError, match=rf"^nodes: {bad} is out of range \[2, 8\]"):
+            check_int("nodes", bad, 2, 8)
