@@ -105,6 +105,8 @@ OWN_TESTS: dict[str, list[str]] = {
         "tests/search/test_study_behaviour.py",
         "tests/search/test_one_rule.py",
         "tests/search/test_auto.py",
+        "tests/search/test_warm_start.py",
+        "tests/search/test_checkpoint_store.py",
     ],
     "search/driver/_driver.py": [
         "tests/search/test_driver_rules.py",

@@ -12,6 +12,7 @@ import re
 import socket
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -117,6 +118,11 @@ def test_a_new_dimension_shows_none_before_and_the_budget_changes_freely() -> No
     assert resumed.user_attrs[STUDY_ATTR]["budget"]["trials"] != 50  # the made form is kept
     pruner = parse_study(_form(pruner={"name": "asha"}))
     assert check_same_study(study, pruner, "here") == ['pruner.name changed from "none" to "asha"']
+    before = time.time()
+    [change] = open_study(pruner, storage).user_attrs[CHANGES_ATTR]
+    assert before <= change["time"] <= time.time()
+    assert change == {"time": change["time"], "before_trial": 0,
+                      "changes": ['pruner.name changed from "none" to "asha"']}
 
 
 def test_a_study_made_by_plain_optuna_is_compared_with_nothing() -> None:
@@ -171,22 +177,120 @@ def test_another_hosts_trial_without_a_beat_is_judged_from_its_start() -> None:
                         study.trials[number].user_attrs["exit_reason"])
 
 
-def test_a_trial_claimed_while_the_recovery_waits_is_left_alone(
+def test_a_trial_claimed_or_ended_while_the_recovery_waits_is_left_alone(
         monkeypatch: pytest.MonkeyPatch) -> None:
     study = optuna.create_study()
     late = _running(study, None)  # its driver claims it during the wait
+    done = _running(study, None)  # ... and this one ends during the wait
     lost = _running(study, None, params=False)  # never claimed, no parameters to re-queue
+    dead = [_running(study, f"{HOST}:{_dead_pid()}") for _ in range(2)]  # after the unclaimed
     waits = []
 
     def sleep(seconds: float) -> None:
         waits.append(seconds)
         late.set_user_attr(DRIVER_ATTR, "elsewhere:3")
+        study.tell(done, 1.0)
 
     monkeypatch.setattr(_study.time, "sleep", sleep)
-    assert recover_orphans(study, claim_wait_s=1.5) == [lost.number]
-    assert waits == [1.5]
+    assert recover_orphans(study) == sorted([lost.number, *(t.number for t in dead)])
+    assert waits == [2.0]  # the default wait for a claim
     assert study.trials[late.number].state is TrialState.RUNNING
+    assert study.trials[done.number].state is TrialState.COMPLETE
     t = study.trials[lost.number]
     assert t.state is TrialState.FAIL
     assert t.user_attrs["exit_reason"] == "its driver died before the trial started"
-    assert study.get_trials(states=(TrialState.WAITING,)) == []  # nothing to run again
+    for t in dead:  # the default retry budget: one more run each
+        assert study.trials[t.number].user_attrs["exit_reason"].endswith(
+            "parameters re-queued (attempt 2 of 2)")
+    assert len(study.get_trials(states=(TrialState.WAITING,))) == 2  # not the one without params
+
+
+def test_finished_configurations_count_configurations_not_segments() -> None:
+    from search.driver._study import finished_configurations
+    from search.pruners._promotion import RESUME_OF_ATTR
+
+    study = optuna.create_study()
+    for state, attrs in ((TrialState.COMPLETE, {}), (TrialState.PRUNED, {}),
+                         (TrialState.PRUNED, {}), (TrialState.COMPLETE, {RESUME_OF_ATTR: 1})):
+        study.add_trial(optuna.trial.create_trial(
+            state=state, params={"x": 0.5}, distributions=X,
+            value=1.0 if state == TrialState.COMPLETE else None, user_attrs=attrs))
+    assert finished_configurations(study) == 3
+
+
+def test_changes_are_listed_past_every_skipped_key_and_keys_keep_their_last_letter() -> None:
+    from search.driver._study import _changes, _flat
+
+    assert _flat({"space": {"X": {"high": 1}}, "maX": 2}) == {"space.X.high": 1, "maX": 2}
+    # batch_size: added since, at its default; local_steps: read by localsgd only
+    old = {"training": {"algorithm": "sync", "local_steps": 2, "lr": 0.1, "epochs": 3}}
+    new = {"training": {"algorithm": "sync", "batch_size": 64, "local_steps": 5, "lr": 0.2,
+                        "epochs": 4}}
+    assert _changes(old, new) == [("training.epochs", 3, 4), ("training.lr", 0.1, 0.2)]
+    # an algorithm that only the new form's space can choose reads send_every
+    searched = {"training": {"algorithm": "sync", "send_every": 4},
+                "space": {"algorithm": {"choices": ["sync", "asgd"]}}}
+    assert _changes({"training": {"algorithm": "sync", "send_every": 1}}, searched) == [
+        ("space.algorithm.choices", None, ["sync", "asgd"]), ("training.send_every", 1, 4)]
+
+
+def test_a_study_keeps_its_file_without_the_storage_and_prunes_as_the_file_says(
+        tmp_path: Path) -> None:
+    from search.pruners._promotion import PromotingHalving
+    from search.storage._checkpoint_store import STORE_ATTR
+
+    sf = parse_study({"name": "p", "storage": "elsewhere.journal",
+                      "pruner": {"name": "asha", "promote": True, "min_epochs": 1,
+                                 "reduction_factor": 2},
+                      "training": {"dataset": "digits", "epochs": 4, "ranks": 1}})
+    study = open_study(sf, optuna.storages.InMemoryStorage(), url=str(tmp_path / "s.journal"))
+    # its trials pause, so it checkpoints: beside the storage it was opened with
+    assert study.user_attrs[STORE_ATTR] == str(tmp_path.resolve() / "detol-artifacts")
+    stored = study.user_attrs[STUDY_ATTR]
+    assert stored["storage"] is None and stored["training"]["epochs"] == 4
+    assert sorted(stored) == sorted(sf.model_dump())  # no key of its own
+    assert isinstance(study.pruner, PromotingHalving)
+    assert study.pruner.rung_epochs(0, 100) == [1, 2, 4, 8, 16, 32, 64]
+    assert study.pruner.max_resource == 4  # the study's epochs: the last one completes
+
+
+def test_a_stored_strategy_name_that_is_no_name_is_no_strategy() -> None:
+    from search.driver._study import recorded_strategy
+
+    study = optuna.create_study()
+    study.set_user_attr(STUDY_ATTR, {"strategy": {"name": 5}})
+    assert recorded_strategy(study) is None
+    study.set_user_attr(STUDY_ATTR, {"strategy": {"name": "tpe"}})
+    assert recorded_strategy(study) == "tpe"
+
+
+def test_only_a_pausing_pruner_with_a_checkpoint_at_the_last_epoch_pauses_a_lost_trial() -> None:
+    from search.driver._study import paused_when_lost
+    from search.pruners._promotion import PromotingHalving
+    from training.contract import CHECKPOINT_ATTR
+
+    promoter = PromotingHalving(1, 2)
+    study = optuna.create_study(direction="maximize", pruner=promoter)
+    for value in (0.9, 0.8):
+        ahead = study.ask()
+        ahead.report(value, 1)
+        study.tell(ahead, state=TrialState.PRUNED)
+
+    def lost(checkpoint: dict | None, report: bool = True) -> optuna.Trial:
+        trial = study.ask()
+        if report:
+            trial.report(0.1, 1)  # third of three at rung 1: it pauses
+        if checkpoint is not None:
+            trial.set_user_attr(CHECKPOINT_ATTR, checkpoint)
+        return trial
+
+    at_rung = lost({"id": "c", "epoch": 1})
+    assert paused_when_lost(study, at_rung, promoter) == 1
+    assert paused_when_lost(study, at_rung, None) is None
+    stops = optuna.pruners.ThresholdPruner(lower=1.0)  # would stop it: a stop is no pause
+    assert stops.prune(study, study.trials[at_rung.number])
+    assert paused_when_lost(study, at_rung, stops) is None
+    assert paused_when_lost(study, lost(None), promoter) is None
+    assert paused_when_lost(study, lost({"id": "", "epoch": 1}), promoter) is None
+    assert paused_when_lost(study, lost({"id": "c", "epoch": 0}), promoter) is None  # older
+    assert paused_when_lost(study, lost({"id": "c", "epoch": 1}, report=False), promoter) is None
