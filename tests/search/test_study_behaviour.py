@@ -98,7 +98,7 @@ def test_a_refusal_lists_six_changes_and_counts_the_rest(n: int, more: str) -> N
     shown = "; ".join(f"space.x{i}.high: 1.0 -> 2.0" for i in range(min(n, 6)))
     with pytest.raises(StudyError) as info:
         check_same_study(study, _with_space(n, 2.0), "here")
-    assert info.value.message == (
+    assert info.value.where == "name" and info.value.message == (
         f"study 's' in here holds 1 trials made with another study file ({shown}{more}): new "
         "trials would not be comparable with them. Give the study a new name, or delete the old "
         "one first (search delete s)")
@@ -123,6 +123,11 @@ def test_a_new_dimension_shows_none_before_and_the_budget_changes_freely() -> No
     assert before <= change["time"] <= time.time()
     assert change == {"time": change["time"], "before_trial": 0,
                       "changes": ['pruner.name changed from "none" to "asha"']}
+    other = parse_study(_form(pruner={"name": "asha"}, strategy={"name": "tpe", "seed": 7}))
+    history = open_study(other, storage).user_attrs[CHANGES_ATTR]  # the history grows
+    assert [h["changes"] for h in history] == [
+        ['pruner.name changed from "none" to "asha"'],
+        ['strategy.name changed from "random" to "tpe"']]
 
 
 def test_a_study_made_by_plain_optuna_is_compared_with_nothing() -> None:
@@ -294,3 +299,24 @@ def test_only_a_pausing_pruner_with_a_checkpoint_at_the_last_epoch_pauses_a_lost
     assert paused_when_lost(study, lost({"id": "", "epoch": 1}), promoter) is None
     assert paused_when_lost(study, lost({"id": "c", "epoch": 0}), promoter) is None  # older
     assert paused_when_lost(study, lost({"id": "c", "epoch": 1}, report=False), promoter) is None
+
+
+def test_an_orphan_at_its_rung_is_told_paused_with_why() -> None:
+    from search.pruners._promotion import PAUSED_ATTR, PromotingHalving
+    from training.contract import CHECKPOINT_ATTR
+
+    study = optuna.create_study(direction="maximize", pruner=PromotingHalving(1, 2))
+    for value in (0.9, 0.8):
+        ahead = study.ask()
+        ahead.report(value, 1)
+        study.tell(ahead, state=TrialState.PRUNED)
+    owner = f"{HOST}:{_dead_pid()}"
+    orphan = _running(study, owner)
+    orphan.report(0.1, 1)
+    orphan.set_user_attr(CHECKPOINT_ATTR, {"id": "c", "epoch": 1})
+    assert recover_orphans(study, claim_wait_s=0.0) == [orphan.number]
+    t = study.trials[orphan.number]
+    assert t.state is TrialState.PRUNED and t.user_attrs[PAUSED_ATTR] == 1
+    assert t.user_attrs["exit_reason"] == (
+        f"paused after epoch 1 (driver {owner} died while the trial ran; its checkpoint is kept "
+        "and the pruner asked again)")
