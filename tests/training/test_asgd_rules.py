@@ -9,7 +9,16 @@ import pytest
 import torch
 from mpi4py import MPI
 
-from training._asgd import ASGD, Slot, flatten_parameters, slot_bytes
+from training._asgd import (
+    ASGD,
+    EMPTY,
+    Slot,
+    checksum,
+    flatten_parameters,
+    parzen_gate,
+    read_slot,
+    slot_bytes,
+)
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 8])
@@ -19,8 +28,8 @@ def test_a_slot_holds_header_state_and_an_aligned_trailer_in_the_fewest_bytes(n:
     raw = np.zeros(size, np.uint8)
     slot = Slot(raw, n)
     state = np.arange(1, n + 1, dtype=np.float32)
-    slot.write(5, state)
-    assert raw[:8].view(np.int64)[0] == 5 and raw[-8:].view(np.int64)[0] == 5
+    slot.write(300, state)  # past one byte
+    assert raw[:8].view(np.int64)[0] == 300 and raw[-8:].view(np.int64)[0] == 300
     np.testing.assert_array_equal(raw[16:16 + 4 * n].view(np.float32), state)
 
 
@@ -60,3 +69,59 @@ def test_a_lone_rank_times_no_exchange_and_keeps_its_weights() -> None:
     finally:
         algo.finish()
     torch.testing.assert_close(torch.cat([p.reshape(-1) for p in model.parameters()]), weights)
+
+
+def _words_sum(state: np.ndarray) -> int:
+    """The checksum by its definition: little-endian 64-bit words of two float32 bit patterns
+    (signed, wrapping), plus a last odd pattern, mod 2**63."""
+    raw = state.astype(np.float32).tobytes()
+    total = 0
+    for i in range(0, len(raw) - len(raw) % 8, 8):
+        total += int.from_bytes(raw[i:i + 8], "little", signed=True)
+    if len(raw) % 8:
+        total += int.from_bytes(raw[-4:], "little")
+    return total % 2**63
+
+
+@pytest.mark.parametrize("values", [[1.0], [1.0, -2.0], [1.0, -2.0, 3.5], [], [7.25] * 5])
+def test_the_checksum_is_the_sum_of_the_states_words(values: list[float]) -> None:
+    state = np.array(values, np.float32)
+    assert checksum(state) == _words_sum(state)
+
+
+def test_an_empty_slot_reads_as_empty_with_sequence_zero() -> None:
+    assert read_slot(Slot(np.zeros(slot_bytes(2), np.uint8), 2), 0) == (EMPTY, None, 0)
+
+
+def test_a_step_that_does_not_move_accepts_nothing() -> None:
+    w = np.array([1.0, 2.0], np.float32)
+    assert not parzen_gate(w, w.copy(), np.array([3.0, 4.0], np.float32))
+
+
+def test_by_default_a_rank_sends_its_state_after_every_step() -> None:
+    algo = ASGD(torch.nn.Linear(2, 1), MPI.COMM_SELF, lr=0.1)
+    algo.peers = [0]  # its own peer: puts go into its own window
+    try:
+        for steps in (1, 2):
+            algo.after_step()
+            assert algo.counters()["sent"] == steps
+    finally:
+        algo.win.Unlock_all()
+        algo.win.Free()
+
+
+def test_a_fresh_window_reads_empty_and_a_seed_fixes_the_peer_stream() -> None:
+    model = torch.nn.Linear(2, 1)
+    algos = [ASGD(model, MPI.COMM_SELF, lr=0.1, seed=s) for s in (4, 4, 5)]
+    try:
+        first = algos[0]
+        first.peers = [0]
+        first._received = {0: np.zeros(first.n, np.float32)}  # noqa: SLF001
+        assert first._receive() == []  # noqa: SLF001  nothing sent: no torn read either
+        assert first.counters()["torn"] == 0
+        draws = [a.rng.integers(1 << 30, size=4).tolist() for a in algos]
+        assert draws[0] == draws[1] != draws[2]  # reproducible for a seed, and seeded by it
+    finally:
+        for a in algos:
+            a.win.Unlock_all()
+            a.win.Free()
