@@ -125,3 +125,87 @@ def test_a_fresh_window_reads_empty_and_a_seed_fixes_the_peer_stream() -> None:
         for a in algos:
             a.win.Unlock_all()
             a.win.Free()
+
+
+def _own_peer(n_in: int = 5) -> ASGD:
+    torch.manual_seed(0)
+    algo = ASGD(torch.nn.Linear(n_in, 1), MPI.COMM_SELF, lr=0.1, seed=3)
+    algo.peers = [0]  # its own peer: puts go into its own window
+    algo._received = {0: np.zeros(algo.n, np.float32)}  # noqa: SLF001
+    return algo
+
+
+def test_every_message_and_every_torn_read_is_counted() -> None:
+    algo = _own_peer()
+    try:
+        for k in range(2):
+            algo._send_state(np.full(algo.n, k, np.float32))  # noqa: SLF001
+            algo.win.Flush(0)
+            assert len(algo._receive()) == 1  # noqa: SLF001
+        for k in range(2):
+            algo._send_state(np.full(algo.n, 5 + k, np.float32))  # noqa: SLF001
+            algo.win.Flush(0)
+            algo.slots[0].state[0] += 1.0  # overlapped by a write
+            assert algo._receive() == []  # noqa: SLF001
+        assert algo.counters() == {"sent": 4, "received": 2, "accepted": 0, "rejected": 0,
+                                   "torn": 2}
+    finally:
+        algo.win.Unlock_all()
+        algo.win.Free()
+
+
+@pytest.mark.parametrize(("ahead", "accepted"), [(0.4, 0), (0.6, 1), (1.0, 1), (2.5, 1),
+                                                 (-1.0, 0)])
+def test_the_gate_accepts_a_state_nearer_after_the_step_than_before(ahead: float,
+                                                                    accepted: int) -> None:
+    # w_j on the step's line, `ahead` steps from w_old: nearer to w_new than to w_old exactly
+    # when |ahead - 1| < |ahead|, i.e. ahead > 1/2
+    algo = _own_peer()
+    try:
+        w_old = np.linspace(-1, 1, algo.n).astype(np.float32)
+        step = np.full(algo.n, 0.1, np.float32)
+        w = w_old + step
+        ext = (w_old + np.float32(ahead) * step).astype(np.float32)
+        assert parzen_gate(w_old, w, ext) == bool(accepted)
+        algo._w_old[:] = w_old  # noqa: SLF001
+        algo._candidates = [ext]  # noqa: SLF001
+        assert algo._blend(w) == accepted  # noqa: SLF001
+        algo._candidates = [ext]  # noqa: SLF001
+        still = w_old.copy()
+        assert algo._blend(still) == 0  # noqa: SLF001  a step that does not move
+    finally:
+        algo.win.Unlock_all()
+        algo.win.Free()
+
+
+def test_broadcasting_from_rank_zero_keeps_a_lone_ranks_weights() -> None:
+    algo = _own_peer()
+    try:
+        before = algo.flat.clone()
+        algo.broadcast_parameters()
+        torch.testing.assert_close(algo.flat, before)
+    finally:
+        algo.win.Unlock_all()
+        algo.win.Free()
+
+
+def test_steps_add_up_their_counts_and_exchange_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    ticks = iter(range(1000, 2000, 2))  # each timed stretch of the exchange takes 2 s
+    monkeypatch.setattr(MPI, "Wtime", lambda: float(next(ticks)))
+    algo = _own_peer()
+    try:
+        w = algo._weights()  # noqa: SLF001  the parameters themselves (CPU)
+        for _ in range(2):
+            algo._w_old[:] = w - 0.1  # noqa: SLF001  as if the step moved by +0.1 each
+            algo._candidates = [w + 1.0, w - 5.0]  # noqa: SLF001  ahead: accepted; behind: not
+            algo.after_step()
+        assert (algo.counters()["accepted"], algo.counters()["rejected"]) == (2, 2)
+        assert algo.comm_seconds == 2 * 2.0  # two after_step exchanges
+        algo.win.Flush(0)
+        assert algo.before_step(False) is True
+        assert algo.comm_seconds == 3 * 2.0
+        (sent,) = algo._candidates  # noqa: SLF001  what step 2 sent: its weights
+        np.testing.assert_array_equal(sent, w)
+    finally:
+        algo.win.Unlock_all()
+        algo.win.Free()
