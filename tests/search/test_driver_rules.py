@@ -285,3 +285,66 @@ def test_a_function_trial_carries_the_noise_seed_the_benchmarks_reproduce(
     assert task["trial_id"] == trial_id and task["pruner"] == driver.pruner
     unseeded = parse_study({**form, "strategy": {"name": "random"}})
     assert 0 <= Driver(unseeded, study, _Client(), storage_url=url).noise_seed < 2**32
+
+
+@pytest.fixture(scope="module")
+def dask_client() -> Any:
+    from distributed import Client
+
+    with Client(processes=False, n_workers=1, threads_per_worker=4,
+                dashboard_address=None) as c:
+        yield c
+
+
+def _loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, client: Any, body: str,
+          budget: dict[str, Any], **options: Any) -> tuple[Driver, optuna.Study]:
+    monkeypatch.chdir(tmp_path)  # "module:function" imports from here, as `search run`
+    module = f"loop_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{module}.py").write_text(
+        "import time\n\n\ndef objective(params):\n" + body)
+    sf = parse_study({"name": "l", "objective": f"{module}:objective", "metric": "y",
+                      "direction": "minimize", "pruner": "none",
+                      "strategy": {"name": "random", "seed": 1}, "budget": budget,
+                      "space": {"x": {"type": "float", "low": 0.0, "high": 1.0}}})
+    url = str(tmp_path / "l.journal")
+    study = open_study(sf, optuna.storages.InMemoryStorage(), url=url)
+    return Driver(sf, study, client, storage_url=url, **options), study
+
+
+def test_a_run_stops_after_max_failures_and_leaves_nothing_running(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dask_client: Any) -> None:
+    driver, study = _loop(tmp_path, monkeypatch, dask_client, "    raise ValueError('bad')\n",
+                          {"trials": 10, "max_failures": 2})
+    counts = driver.run(trials=10, concurrency=1, timeout=None)
+    assert counts.stopped_because == "stopped after 2 failed trials (budget.max_failures)"
+    assert (counts.failed, counts.complete, counts.running) == (2, 0, 0)
+    assert [t.state for t in study.trials] == [TrialState.FAIL] * 2
+
+
+def test_a_run_past_its_timeout_starts_nothing_more(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dask_client: Any) -> None:
+    driver, study = _loop(tmp_path, monkeypatch, dask_client,
+                          "    time.sleep(1.0)\n    return params['x']\n", {"trials": 10})
+    counts = driver.run(trials=10, concurrency=1, timeout=0.5)
+    assert counts.stopped_because == "budget.timeout of 0.5 s reached"
+    assert counts.complete == 1 and [t.state for t in study.trials] == [TrialState.COMPLETE]
+
+
+def test_a_cluster_that_fails_fails_the_running_trials_and_requeues_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dask_client: Any) -> None:
+    from search.clusters._watch import ClusterFailed
+
+    def watch(*, waiting: bool) -> None:
+        raise ClusterFailed("cluster", "no worker came")
+
+    driver, study = _loop(tmp_path, monkeypatch, dask_client,
+                          "    time.sleep(3)\n    return params['x']\n",
+                          {"trials": 4, "max_retries": 1}, watch=watch)
+    with pytest.raises(ClusterFailed):
+        driver.run(trials=4, concurrency=2, timeout=None)
+    failed = [t for t in study.trials if t.state is TrialState.FAIL]
+    assert len(failed) == 2 and not [t for t in study.trials if t.state is TrialState.RUNNING]
+    for t in failed:
+        assert t.user_attrs["exit_reason"] == (
+            "cluster failed: cluster: no worker came; parameters re-queued (attempt 2 of 2)")
+    assert len(study.get_trials(states=(TrialState.WAITING,))) == 2

@@ -320,3 +320,10 @@ def test_an_orphan_at_its_rung_is_told_paused_with_why() -> None:
     assert t.user_attrs["exit_reason"] == (
         f"paused after epoch 1 (driver {owner} died while the trial ran; its checkpoint is kept "
         "and the pruner asked again)")
+
+
+def test_a_warm_start_source_in_an_unnamed_storage_is_this_studys_storage() -> None:
+    sf = parse_study(_form(strategy={"name": "random", "seed": 7, "warm_start": ["zz"]}))
+    with pytest.raises(StudyError) as info:
+        open_study(sf, optuna.storages.InMemoryStorage())
+    assert info.value.message == "no study 'zz' in this study's storage (it holds: no study)"
