@@ -327,3 +327,25 @@ def test_a_warm_start_source_in_an_unnamed_storage_is_this_studys_storage() -> N
     with pytest.raises(StudyError) as info:
         open_study(sf, optuna.storages.InMemoryStorage())
     assert info.value.message == "no study 'zz' in this study's storage (it holds: no study)"
+    named = str(Path("/nowhere/s.journal"))
+    with pytest.raises(StudyError) as info:
+        open_study(sf, optuna.storages.InMemoryStorage(), url=named)
+    assert info.value.message == f"no study 'zz' in {named} (it holds: no study)"
+
+
+def test_asking_whether_a_driver_lives_sends_it_no_signal() -> None:
+    import sys
+
+    code = ("import signal, sys\n"
+            "signal.signal(signal.SIGHUP, lambda *a: print('signalled', flush=True))\n"
+            "print('ready', flush=True)\nsys.stdin.read()\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "ready\n"  # its handler is in place
+        study = optuna.create_study()
+        _running(study, f"{HOST}:{child.pid}")
+        assert recover_orphans(study, claim_wait_s=0.0) == []  # alive: left alone
+    finally:
+        out, _ = child.communicate("", timeout=60)  # end of input: it ends
+    assert out == ""  # a signal sent to it would have been handled before its input ended
