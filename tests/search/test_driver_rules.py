@@ -83,6 +83,8 @@ def test_an_mpi_trial_is_submitted_with_its_spec_and_no_dask_retry(tmp_path: Pat
     trial_id = trial._trial_id  # noqa: SLF001
     assert (spec["trial_id"], spec["trial_number"]) == (trial_id, trial.number)
     assert spec["pruner"] == driver.pruner and spec["report"] is True
+    assert spec["pruner"]["factory"] == "search.pruners._promotion:PromotingHalving"
+    assert spec["pruner"]["kwargs"]["max_resource"] == 4  # the study's epochs
     assert spec["launcher"] == driver.sf.launcher.command and spec["env"] == SINGLE_NODE
     assert (spec["timeout_s"], spec["warm"], spec["pool_ranks"], spec["resume_from"],
             spec["own_loop"]) == (None, False, None, None, None)
@@ -348,3 +350,18 @@ def test_a_cluster_that_fails_fails_the_running_trials_and_requeues_them(
         assert t.user_attrs["exit_reason"] == (
             "cluster failed: cluster: no worker came; parameters re-queued (attempt 2 of 2)")
     assert len(study.get_trials(states=(TrialState.WAITING,))) == 2
+
+
+def test_a_driver_on_a_cluster_sends_only_the_study_files_env(tmp_path: Path) -> None:
+    driver, _ = _driver(tmp_path)  # single_node: False by default
+    driver._submit(RunCounts())  # noqa: SLF001
+    ((_, (spec,), _),) = driver.client.submitted
+    assert spec["env"] == {}
+
+
+def test_only_configurations_among_the_untold_count_for_the_budget(tmp_path: Path) -> None:
+    from search.driver._driver import untold_configurations
+
+    driver, _ = _driver(tmp_path)
+    done = [(None, _ended(driver, continuation=c), None) for c in (False, True, False)]
+    assert untold_configurations(done) == 2  # type: ignore[arg-type]
