@@ -49,13 +49,15 @@ class _Client:
         return Future()
 
 
-def _driver(tmp_path: Path, **options: Any) -> tuple[Driver, list[tuple]]:
+def _driver(tmp_path: Path, resize: dict | None = None,
+            **options: Any) -> tuple[Driver, list[tuple]]:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sf = parse_study({
         "name": "d", "budget": {"trials": 4, "max_retries": 1},
         "pruner": {"name": "asha", "promote": True, "min_epochs": 1, "reduction_factor": 2},
         "training": {"dataset": "digits", "epochs": 4, "ranks": 2},
-        "space": {"lr": {"type": "float", "low": 0.001, "high": 0.1}}})
+        "space": {"lr": {"type": "float", "low": 0.001, "high": 0.1}},
+        **({"resize": resize} if resize else {})})
     url = str(tmp_path / "s.journal")  # names the storage: logs go beside it
     study = open_study(sf, optuna.storages.InMemoryStorage(), url=url)
     events: list[tuple] = []
@@ -365,3 +367,22 @@ def test_only_configurations_among_the_untold_count_for_the_budget(tmp_path: Pat
     driver, _ = _driver(tmp_path)
     done = [(None, _ended(driver, continuation=c), None) for c in (False, True, False)]
     assert untold_configurations(done) == 2  # type: ignore[arg-type]
+
+
+def test_with_resize_a_continuation_runs_at_its_planned_width_on_a_wide_pool(
+        tmp_path: Path) -> None:
+    driver, _ = _driver(tmp_path, resize={"factor": 2, "max_ranks": 4})
+    assert driver.resize is not None and driver.promoter is not None
+    assert driver.pruner["kwargs"]["widen_until"] == 4  # a narrower promoted trial pauses
+    study = driver.study
+    parent = study.ask()
+    parent.report(0.5, 1)
+    study.tell(parent, state=TrialState.PRUNED)
+    study.enqueue_trial({"lr": 0.01}, user_attrs={
+        RESUME_OF_ATTR: parent.number, LINEAGE_ATTR: parent.number, WIDTH_ATTR: 4,
+        RESUME_FROM_ATTR: {"id": "ck", "epoch": 1, "trial": parent.number}})
+    _, run = driver._submit(RunCounts())  # noqa: SLF001
+    ((_, (spec,), kwargs),) = driver.client.submitted
+    assert spec["config"]["ranks"] == 4 and kwargs["resources"] == {MPI: 4} and run.ranks == 4
+    assert spec["pool_ranks"] == 4
+    assert study.trials[run.trial.number].user_attrs[WIDTH_ATTR] == 4
