@@ -361,14 +361,6 @@ def test_a_driver_on_a_cluster_sends_only_the_study_files_env(tmp_path: Path) ->
     assert spec["env"] == {}
 
 
-def test_only_configurations_among_the_untold_count_for_the_budget(tmp_path: Path) -> None:
-    from search.driver._driver import untold_configurations
-
-    driver, _ = _driver(tmp_path)
-    done = [(None, _ended(driver, continuation=c), None) for c in (False, True, False)]
-    assert untold_configurations(done) == 2  # type: ignore[arg-type]
-
-
 def test_with_resize_a_continuation_runs_at_its_planned_width_on_a_wide_pool(
         tmp_path: Path) -> None:
     driver, _ = _driver(tmp_path, resize={"factor": 2, "max_ranks": 4})

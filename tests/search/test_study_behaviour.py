@@ -210,19 +210,6 @@ def test_a_trial_claimed_or_ended_while_the_recovery_waits_is_left_alone(
     assert len(study.get_trials(states=(TrialState.WAITING,))) == 2  # not the one without params
 
 
-def test_finished_configurations_count_configurations_not_segments() -> None:
-    from search.driver._study import finished_configurations
-    from search.pruners._promotion import RESUME_OF_ATTR
-
-    study = optuna.create_study()
-    for state, attrs in ((TrialState.COMPLETE, {}), (TrialState.PRUNED, {}),
-                         (TrialState.PRUNED, {}), (TrialState.COMPLETE, {RESUME_OF_ATTR: 1})):
-        study.add_trial(optuna.trial.create_trial(
-            state=state, params={"x": 0.5}, distributions=X,
-            value=1.0 if state == TrialState.COMPLETE else None, user_attrs=attrs))
-    assert finished_configurations(study) == 3
-
-
 def test_changes_are_listed_past_every_skipped_key_and_keys_keep_their_last_letter() -> None:
     from search.driver._study import _changes, _flat
 
