@@ -378,3 +378,18 @@ def test_with_resize_a_continuation_runs_at_its_planned_width_on_a_wide_pool(
     assert spec["config"]["ranks"] == 4 and kwargs["resources"] == {MPI: 4} and run.ranks == 4
     assert spec["pool_ranks"] == 4
     assert study.trials[run.trial.number].user_attrs[WIDTH_ATTR] == 4
+
+
+def test_without_checkpoints_a_queued_resume_point_is_ignored(tmp_path: Path) -> None:
+    sf = parse_study({"name": "n", "pruner": "none",
+                      "training": {"dataset": "digits", "epochs": 2, "ranks": 1},
+                      "space": {"lr": {"type": "float", "low": 0.001, "high": 0.1}}})
+    url = str(tmp_path / "n.journal")
+    study = open_study(sf, optuna.storages.InMemoryStorage(), url=url)
+    driver = Driver(sf, study, _Client(), storage_url=url)
+    study.enqueue_trial({"lr": 0.01}, user_attrs={
+        RESUME_FROM_ATTR: {"id": "ck", "epoch": 1, "trial": 0}})
+    _, run = driver._submit(RunCounts())  # noqa: SLF001
+    ((_, (spec,), _),) = driver.client.submitted
+    assert (spec["checkpoints"], spec["resume_from"], run.resumed_epoch) == (None, None, 0)
+    assert driver.promoter is None and driver.resize is None  # nothing pauses
