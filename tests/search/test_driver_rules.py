@@ -8,6 +8,9 @@ the tests hand to the driver."""
 
 from __future__ import annotations
 
+import os
+import random
+import socket
 import time
 from concurrent.futures import Future
 from pathlib import Path
@@ -76,6 +79,7 @@ def test_an_mpi_trial_is_submitted_with_its_spec_and_no_dask_retry(tmp_path: Pat
     ((func, (spec,), kwargs),) = driver.client.submitted
     trial = run.trial
     assert func is run_trial_on_worker
+    assert driver.owner == f"{socket.gethostname()}:{os.getpid()}"  # see recover_orphans
     assert kwargs == {"key": f"trial-d-{trial.number}-{driver.owner}", "resources": {MPI: 2},
                       "pure": False, "retries": 0}
     assert spec["config"]["ranks"] == 2 and spec["config"]["lr"] == trial.params["lr"]
@@ -288,7 +292,8 @@ def test_a_function_trial_carries_the_noise_seed_the_benchmarks_reproduce(
     trial_id = run.trial._trial_id  # noqa: SLF001
     assert task["trial_id"] == trial_id and task["pruner"] == driver.pruner
     unseeded = parse_study({**form, "strategy": {"name": "random"}})
-    assert 0 <= Driver(unseeded, study, _Client(), storage_url=url).noise_seed < 2**32
+    monkeypatch.setattr(random, "getrandbits", lambda bits: 2**bits - 1)  # the largest draw
+    assert Driver(unseeded, study, _Client(), storage_url=url).noise_seed == 2**32 - 1
 
 
 @pytest.fixture(scope="module")
