@@ -79,6 +79,10 @@ OWN_TESTS: dict[str, list[str]] = {
         "tests/search/test_promotion.py",
         "tests/search/test_promotion_replayed.py",
         "tests/search/test_promotion_rules.py",
+        "tests/search/test_promotion_behaviour.py",
+        "tests/search/test_one_rule.py",
+        "tests/search/test_idle_slots.py",
+        "tests/search/test_resize_replay.py",
     ],
     "search/pruners/_dominated.py": [
         "tests/search/test_dominated_rules.py",
@@ -92,11 +96,25 @@ OWN_TESTS: dict[str, list[str]] = {
     "training/_asgd.py": [
         "tests/training/test_asgd_inprocess.py",
         "tests/training/test_asgd_unit.py",
+        "tests/training/test_asgd_rules.py",
     ],
     "search/driver/_study.py": [
         "tests/search/test_study_rules.py",
         "tests/search/test_recovery.py",
         "tests/search/test_study_integrity.py",
+        "tests/search/test_study_behaviour.py",
+        "tests/search/test_one_rule.py",
+        "tests/search/test_auto.py",
+        "tests/search/test_warm_start.py",
+        "tests/search/test_checkpoint_store.py",
+    ],
+    "search/driver/_driver.py": [
+        "tests/search/test_driver_rules.py",
+        "tests/search/test_one_rule.py",
+        "tests/search/test_pool_affinity.py",
+        "tests/search/test_checkpoint_store.py",
+        "tests/search/test_simulation.py",
+        "tests/search/test_driver_hot_path.py",
     ],
     "training/_checkpoint.py": [
         "tests/training/test_checkpoint_settings.py",
@@ -225,31 +243,82 @@ _PLUGINS: list[Any] = []  # pytest's plugins (entry points), loaded by _preload
 
 
 def _preload(paths: list[str]) -> None:
-    """Import the project packages the module and its tests live in once (so torch, Optuna,
-    Dask... are in memory), then forget the project's own modules: each child imports them
-    afresh, the mutated one from memory."""
+    """Import the project packages the modules and their tests live in, and the test files
+    themselves, once (so torch, Optuna, Dask... and the project's modules are in memory), then
+    forget the mutated modules, every project module that binds something of theirs when it is
+    imported (:func:`_importers`), and the test modules: each child imports those afresh, the
+    mutated one from memory. The rest stays imported: a child does not pay for them again."""
     sys.path.insert(0, str(ROOT))
     import importlib
     import importlib.metadata
 
     import pytest  # noqa: F401
 
-    # pytest's plugins, loaded once: a child that looked them up itself (entry points of every
-    # installed distribution) spent 2 of its 3 s on it (load 19)
+    # pytest's plugins (and what they import late, as hypothesis's does at the session's end)
+    # (a child that looked them up itself, entry points of every installed distribution, spent
+    # 2 of its 3 s on it at load 19): handed to each child's pytest.main, autoload off there
     for entry in importlib.metadata.entry_points(group="pytest11"):
         with contextlib.suppress(Exception):
             _PLUGINS.append(entry.load())
-
+    with contextlib.suppress(ImportError):
+        import hypothesis  # noqa: F401
     for package in sorted({part for p in paths for part in Path(p).parts[:2]} & set(PACKAGES)):
         if package != "tests":
             importlib.import_module(package)
-    for path in paths:  # the test files too: what they import (hypothesis...) stays loaded
-        if path.startswith("tests/"):
-            with contextlib.suppress(Exception):
-                importlib.import_module(path.split("::")[0].removesuffix(".py").replace("/", "."))
+    for test in {p.split("::")[0] for p in paths if p.startswith("tests/")}:
+        with contextlib.suppress(Exception):  # only a warm-up: pytest reports a real problem
+            importlib.import_module(_dotted(test))
+    stale = _importers({_dotted(p) for p in paths if not p.startswith("tests/")})
     for name in list(sys.modules):
-        if name.split(".")[0] in PACKAGES:
+        if name in stale or name.split(".")[0] == "tests":
             del sys.modules[name]
+    import gc
+
+    gc.collect()
+    gc.freeze()  # what is loaded now: never scanned again by a child's collections
+
+
+def _imports(name: str, path: Path, package: bool) -> set[str]:
+    """Every module name ``name``'s source imports (anywhere in it), with the packages an
+    ``import a.b`` binds, and ``pkg.x`` for ``from pkg import x`` (x may be a module)."""
+    import ast
+
+    base = name if package else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                found.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parent = base.split(".")[: len(base.split(".")) - node.level + 1]
+                module = ".".join([*parent, *([node.module] if node.module else [])])
+            else:
+                module = node.module or ""
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _importers(targets: set[str]) -> set[str]:
+    """``targets`` and every loaded project module that imports one of them, directly or
+    through another such module: those may hold the original's functions and classes, so a
+    child must import them again after the mutant."""
+    edges: dict[str, set[str]] = {}
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if name.split(".")[0] in PACKAGES and file and file.endswith(".py"):
+            edges[name] = _imports(name, Path(file), hasattr(module, "__path__"))
+    out = set(targets)
+    grew = True
+    while grew:
+        grew = False
+        for name, deps in edges.items():
+            if name not in out and deps & out:
+                out.add(name)
+                grew = True
+    return out
 
 
 class _Reach:
@@ -282,10 +351,10 @@ class _Reach:
 
 
 def _pytest_args(tests: list[str]) -> list[str]:
-    # absolute: the child runs in a temporary directory (a mutant that writes into the working
-    # directory must not write into the work tree)
-    return [*(f"{ROOT}/{t}" for t in tests), "-x", "-q", "-p", "no:cacheprovider", "--no-header",
-            "-o", "addopts=", "-m", MARKERS, f"--rootdir={ROOT}"]
+    # --assert=plain: a failing assert still fails its test; rewriting every test module's
+    # asserts again in each child cost seconds per mutant
+    return [*tests, "-x", "-q", "-p", "no:cacheprovider", "--no-header", "-o", "addopts=",
+            "--assert=plain", "-p", "no:unraisableexception", "-m", MARKERS, f"--rootdir={ROOT}"]
 
 
 def _run_child(module_path: str, source: str | None, tests: list[str], log: Path,
@@ -298,7 +367,10 @@ def _run_child(module_path: str, source: str | None, tests: list[str], log: Path
         code = 3
         try:
             os.setsid()
-            os.chdir(log.parent)
+            # An empty directory of its own: a mutant that writes into the working directory
+            # (a checkpoint, a log) cannot touch the work tree.
+            os.chdir(tempfile.mkdtemp(prefix="cwd-", dir=log.parent))
+            tests = [str(ROOT / t) if not Path(t).is_absolute() else t for t in tests]
             fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
             os.dup2(fd, 1)
             os.dup2(fd, 2)

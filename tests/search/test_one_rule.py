@@ -82,6 +82,7 @@ def test_a_pause_whose_answer_was_lost_is_asked_again_not_run_past_its_rung() ->
 
 def test_an_untold_continuation_is_no_configuration_of_the_budget() -> None:
     study = optuna.create_study()
-    config, cont = study.ask(), study.ask()
-    done = [(None, Running(config, 1), None), (None, Running(cont, 1, continuation=True), None)]
-    assert untold_configurations(done) == 1  # type: ignore[arg-type]
+    config, cont, other = study.ask(), study.ask(), study.ask()
+    done = [(None, Running(config, 1), None), (None, Running(cont, 1, continuation=True), None),
+            (None, Running(other, 1), None)]  # 2 and 1: neither count passes for the other
+    assert untold_configurations(done) == 2  # type: ignore[arg-type]

@@ -98,14 +98,15 @@ def test_resume_point_and_lineage_of() -> None:
 
 def test_finished_configurations_leave_out_continuations_and_unfinished_trials() -> None:
     study = optuna.create_study()
+    # three configurations, two continuations: a count of the one can not pass for the other
     for state, attrs in ((TrialState.COMPLETE, {}), (TrialState.PRUNED, {}),
                          (TrialState.COMPLETE, {RESUME_OF_ATTR: 1}), (TrialState.FAIL, {}),
-                         (TrialState.PRUNED, {RESUME_OF_ATTR: 0})):
+                         (TrialState.PRUNED, {RESUME_OF_ATTR: 0}), (TrialState.PRUNED, {})):
         study.add_trial(create_trial(state=state, params={"x": 0.5}, distributions=X,
                                      value=1.0 if state == TrialState.COMPLETE else None,
                                      user_attrs=attrs))
     study.ask(X)  # running
-    assert finished_configurations(study) == 2
+    assert finished_configurations(study) == 3
 
 
 def test_changes_flatten_and_skip_what_cannot_change_a_trial() -> None:
