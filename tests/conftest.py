@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,6 +11,16 @@ import optuna
 import pytest
 
 TESTS_DIR = Path(__file__).resolve().parent
+
+
+def _terminated(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"pytest got signal {signum}")
+
+
+# A run stopped with SIGTERM (a CI timeout, `kill`) ends as Ctrl-C does: the fixtures' teardowns
+# run, so the PostgreSQL servers, clusters and daemons the tests started stop with it (Python's
+# default on SIGTERM is to die at once, and a server started for a test outlived the run).
+signal.signal(signal.SIGTERM, _terminated)
 
 
 @pytest.fixture(autouse=True)
