@@ -84,6 +84,13 @@ OWN_TESTS: dict[str, list[str]] = {
         "tests/search/test_idle_slots.py",
         "tests/search/test_resize_replay.py",
     ],
+    "search/pruners/_rung_index.py": [
+        "tests/search/test_rung_index.py",
+        "tests/search/test_rung_index_rules.py",
+        "tests/search/test_promotion_rules.py",
+        "tests/search/test_promotion.py",
+        "tests/search/test_promotion_replayed.py",
+    ],
     "search/pruners/_dominated.py": [
         "tests/search/test_dominated_rules.py",
         "tests/search/test_pareto_pruning.py",
@@ -110,6 +117,7 @@ OWN_TESTS: dict[str, list[str]] = {
     ],
     "search/driver/_driver.py": [
         "tests/search/test_driver_rules.py",
+        "tests/search/test_driver_trial_rules.py",
         "tests/search/test_one_rule.py",
         "tests/search/test_pool_affinity.py",
         "tests/search/test_checkpoint_store.py",
@@ -502,6 +510,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--list", action="store_true", help="print the sampled mutants' keys")
     p.add_argument("--show", metavar="KEY", help="print one mutant's changed lines")
     p.add_argument("--only", nargs="+", metavar="KEY")
+    p.add_argument("--start", type=int, default=0, metavar="I",
+                   help="skip the first I of the chosen mutants (the rest of a set run in "
+                        "pieces: with --sample 0, file order)")
+    p.add_argument("--stop", type=int, default=None, metavar="J",
+                   help="end before the J-th of the chosen mutants (with --start: a piece)")
     p.add_argument("--tests", nargs="+", metavar="PATH",
                    help="run these test files instead of the module's own (one module)")
     p.add_argument("--exclude-tests", nargs="+", default=[], metavar="PATH",
@@ -521,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"unknown module {unknown[0]!r} (known: {sorted(OWN_TESTS)})")
     n = 10 if args.quick else args.sample
-    chosen = {m: sample(mutants_of(m), n) for m in modules}
+    chosen = {m: sample(mutants_of(m), n)[args.start:args.stop] for m in modules}
     if args.only:
         if len(modules) != 1:
             p.error("--only takes the keys of one module: name it")
@@ -564,7 +577,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         return 0 if all(r["survived"] == 0 for r in results.values()) else 1
     settings = {"sample": n, "timeout_factor": args.timeout_factor, "budget_s": args.budget,
-                "generator": "mutmut 3.8.1 create_mutations"}
+                "generator": "mutmut 3.8.1 create_mutations",
+                **({"start": args.start, "stop": args.stop}
+                   if args.start or args.stop is not None else {})}
     _record(args.json or RESULTS, args.phase, results, settings)
     return 0
 

@@ -1,0 +1,141 @@
+"""The driver's parameters for a trial, in one process (issue 33, the driver's full mutant set):
+an own loop gets the trial's parameters while only ``ranks`` and ``prune_<key>`` reach the
+built-in config; a genome reaches the built-in trainer's config or the loop's parameters and is
+recorded on the trial; a duplicate warm-start candidate is failed without a warning. The client
+is test_driver_rules.py's stand-in that takes submissions without running them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from search import parse_study
+from search.backends._dask import run_trial_on_worker
+from search.clusters._base import MPI
+from search.driver._driver import Driver
+from search.driver._outcomes import RunCounts
+from search.driver._resize import WIDTH_ATTR
+from search.driver._study import open_study
+from search.driver._warm_start import TRANSFERRED_FROM
+from tests.search.test_driver_rules import _Client, _driver
+
+
+def _mpi_driver(
+    tmp_path: Path, space: dict[str, Any], *, own_loop: bool, **training: Any
+) -> tuple[Driver, list[tuple]]:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    form: dict[str, Any] = {
+        "name": "g",
+        "budget": {"trials": 4},
+        "training": {
+            "epochs": 4,
+            "ranks": 2,
+            **({} if own_loop else {"dataset": "digits"}),
+            **training,
+        },
+        "space": {"lr": {"type": "float", "low": 0.001, "high": 0.1}, **space},
+    }
+    if own_loop:
+        form["objective"] = "mpi:examples.own_loop.train:train"
+    sf = parse_study(form)
+    url = str(tmp_path / "g.journal")
+    study = open_study(sf, optuna.storages.InMemoryStorage(), url=url)
+    events: list[tuple] = []
+
+    def on_event(kind: str, trial: Any, counts: RunCounts, result: Any) -> None:
+        events.append((kind, trial.number if trial is not None else None, counts.target))
+
+    return Driver(sf, study, _Client(), storage_url=url, on_event=on_event), events
+
+
+GENOME = {"family": "stack", "max_conv_layers": 2, "channels": [4, 8], "widths": [16]}
+RANKS = {"type": "categorical", "choices": [1, 3]}
+
+
+def _genome_of(trial: optuna.trial.FrozenTrial) -> Any:
+    from spaces import make_family
+
+    options = {k: v for k, v in GENOME.items() if k != "family"}
+    return make_family("stack", **options).from_params(
+        {k: v for k, v in trial.params.items() if k.startswith("genome.")}
+    )
+
+
+def test_an_own_loop_gets_its_params_and_only_ranks_and_prune_keys_reach_the_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the loop imports from where `search run` runs
+    driver, events = _mpi_driver(
+        tmp_path,
+        {"ranks": RANKS, "prune_target": {"type": "float", "low": 0.1, "high": 0.5}},
+        own_loop=True,
+        prune={"target": 0.3, "start_epoch": 2, "end_epoch": 3, "steps": 2},
+    )
+    _, run = driver._submit(RunCounts(target=9))  # noqa: SLF001
+    ((func, (spec,), kwargs),) = driver.client.submitted
+    trial = driver.study.trials[run.trial.number]
+    assert func is run_trial_on_worker and set(trial.params) == {"lr", "ranks", "prune_target"}
+    assert spec["own_loop"] == {
+        "function": "examples.own_loop.train:train",
+        "params": trial.params,
+        "sys_path": [str(tmp_path.resolve())],
+    }
+    ranks = trial.params["ranks"]
+    # the user's lr is the loop's (session.params), not the built-in trainer's setting
+    assert spec["config"]["lr"] == driver.sf.training.lr != trial.params["lr"]
+    assert spec["config"]["ranks"] == ranks and kwargs["resources"] == {MPI: ranks}
+    assert spec["config"]["prune"]["target"] == trial.params["prune_target"]
+    assert run.ranks == ranks and trial.user_attrs[WIDTH_ATTR] == ranks
+    assert "genome" not in trial.user_attrs and spec["config"]["genome"] is None
+    assert events == [("started", trial.number, 9)]  # the run's own counts, to the display
+
+
+def test_an_own_loops_genome_reaches_its_params_and_is_recorded(tmp_path: Path) -> None:
+    driver, _ = _mpi_driver(tmp_path, {"genome": GENOME}, own_loop=True)
+    _, run = driver._submit(RunCounts())  # noqa: SLF001
+    ((_, (spec,), _),) = driver.client.submitted
+    trial = driver.study.trials[run.trial.number]
+    genome = _genome_of(trial)
+    assert spec["own_loop"]["params"] == {"lr": trial.params["lr"], "genome": genome.to_dict()}
+    assert spec["config"]["genome"] is None  # the loop builds its own model
+    assert (
+        trial.user_attrs["genome"],
+        trial.user_attrs["genome_key"],
+        trial.user_attrs["genome_summary"],
+    ) == (genome.canonical_json, genome.key, genome.summary())
+
+
+def test_a_genome_reaches_the_built_in_trainers_config_and_is_recorded(tmp_path: Path) -> None:
+    driver, _ = _mpi_driver(tmp_path, {"genome": GENOME, "ranks": RANKS}, own_loop=False)
+    _, run = driver._submit(RunCounts())  # noqa: SLF001
+    ((_, (spec,), kwargs),) = driver.client.submitted
+    trial = driver.study.trials[run.trial.number]
+    genome = _genome_of(trial)
+    assert spec["own_loop"] is None and spec["config"]["genome"] == genome.to_dict()
+    assert spec["config"]["lr"] == trial.params["lr"]  # the built-in trainer's own setting
+    assert spec["config"]["ranks"] == trial.params["ranks"] == run.ranks
+    assert (
+        trial.user_attrs["genome"],
+        trial.user_attrs["genome_key"],
+        trial.user_attrs["genome_summary"],
+    ) == (genome.canonical_json, genome.key, genome.summary())
+
+
+def test_a_duplicate_is_failed_quietly(tmp_path: Path) -> None:
+    """Told FAIL as a state, not as a missing value (Optuna warns of that one)."""
+    import warnings
+
+    driver, _ = _driver(tmp_path)
+    for _ in range(2):
+        driver.study.enqueue_trial(
+            {"lr": 0.02}, user_attrs={TRANSFERRED_FROM: "src#3"}, skip_if_exists=False
+        )
+    driver._submit(RunCounts())  # noqa: SLF001
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert driver._submit(RunCounts()) is None  # noqa: SLF001
+    assert driver.study.trials[1].state is TrialState.FAIL
