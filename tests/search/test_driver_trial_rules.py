@@ -19,7 +19,7 @@ from search.clusters._base import MPI
 from search.driver._driver import Driver
 from search.driver._outcomes import RunCounts
 from search.driver._resize import WIDTH_ATTR
-from search.driver._study import open_study
+from search.driver._study import RESUME_FROM_ATTR, open_study
 from search.driver._warm_start import TRANSFERRED_FROM
 from tests.search.test_driver_rules import _Client, _driver
 
@@ -139,3 +139,55 @@ def test_a_duplicate_is_failed_quietly(tmp_path: Path) -> None:
         warnings.simplefilter("error")
         assert driver._submit(RunCounts()) is None  # noqa: SLF001
     assert driver.study.trials[1].state is TrialState.FAIL
+
+
+def _function_driver(tmp_path: Path, objective: str) -> tuple[Driver, list[tuple]]:
+    sf = parse_study(
+        {
+            "name": "f",
+            "objective": objective,
+            "metric": "y",
+            "direction": "minimize",
+            "pruner": "none",
+            "space": {"x": {"type": "float", "low": 0.0, "high": 1.0}},
+        }
+    )
+    url = str(tmp_path / "f.journal")
+    study = open_study(sf, optuna.storages.InMemoryStorage(), url=url)
+    events: list[tuple] = []
+
+    def on_event(kind: str, trial: Any, counts: RunCounts, result: Any) -> None:
+        events.append((kind, trial.number, counts.target))
+
+    return Driver(sf, study, _Client(), storage_url=url, on_event=on_event), events
+
+
+def test_a_function_trials_start_is_shown_with_the_runs_counts(tmp_path: Path) -> None:
+    driver, events = _function_driver(tmp_path, "math:fabs")
+    driver._submit(RunCounts(target=5))  # noqa: SLF001
+    assert events == [("started", 0, 5)]
+
+
+def test_a_simulated_workload_charges_the_drivers_measured_work_by_default(
+    tmp_path: Path,
+) -> None:
+    simulated, _ = _function_driver(tmp_path, "simulated:sweep")
+    assert simulated.simulated and simulated.clock.service == "measured"
+    plain, _ = _function_driver(tmp_path, "math:fabs")
+    assert plain.clock.service == 0.0
+
+
+def test_a_trial_that_cannot_be_built_fails_alone_with_the_reason(tmp_path: Path) -> None:
+    driver, events = _driver(tmp_path)
+    # a resume point whose writer is not in the study: its curve cannot be copied
+    driver.study.enqueue_trial(
+        {"lr": 0.01}, user_attrs={RESUME_FROM_ATTR: {"id": "ck", "epoch": 1, "trial": 42}}
+    )
+    counts = RunCounts(target=3)
+    assert driver._submit(counts) is None  # noqa: SLF001
+    trial = driver.study.trials[0]
+    reason = trial.user_attrs["exit_reason"]
+    assert trial.state is TrialState.FAIL and reason.startswith("could not build the trial: ")
+    assert counts.failed == 1 and counts.failures == [f"trial 0: {reason.splitlines()[0]}"]
+    assert events == [("failed", 0, {"exit_reason": reason})]
+    assert driver.client.submitted == []  # nothing ran, and the study goes on
