@@ -21,6 +21,7 @@ from search.driver._outcomes import RunCounts
 from search.driver._resize import WIDTH_ATTR
 from search.driver._study import RESUME_FROM_ATTR, open_study
 from search.driver._warm_start import TRANSFERRED_FROM
+from search.pruners._promotion import LINEAGE_ATTR, RESUME_OF_ATTR
 from tests.search.test_driver_rules import _Client, _driver
 
 
@@ -191,3 +192,94 @@ def test_a_trial_that_cannot_be_built_fails_alone_with_the_reason(tmp_path: Path
     assert counts.failed == 1 and counts.failures == [f"trial 0: {reason.splitlines()[0]}"]
     assert events == [("failed", 0, {"exit_reason": reason})]
     assert driver.client.submitted == []  # nothing ran, and the study goes on
+
+
+class _PoolClient(_Client):
+    """A client whose one worker, tcp://w1, runs nothing now."""
+
+    def processing(self) -> dict[str, tuple[str, ...]]:
+        return {"tcp://w1": ()}
+
+
+def test_a_trial_carries_the_study_files_launcher_timeout_and_objective(tmp_path: Path) -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sf = parse_study(
+        {
+            "name": "w",
+            "metric": "val_loss",
+            "budget": {"trials": 4, "trial_timeout": 90},
+            "pruner": {"name": "asha", "promote": True, "min_epochs": 1},
+            "training": {"dataset": "digits", "epochs": 4, "ranks": 2},
+            "resize": {"factor": 2, "max_ranks": 4},
+            "launcher": {"command": "mpirun -np {ranks} --bind-to none", "warm": True},
+            "space": {"lr": {"type": "float", "low": 0.001, "high": 0.1}},
+        }
+    )
+    url = str(tmp_path / "w.journal")
+    study = open_study(sf, optuna.storages.InMemoryStorage(), url=url)
+    driver = Driver(sf, study, _PoolClient(), storage_url=url)
+    parent = study.ask()
+    parent.set_user_attr("dask_worker", "tcp://w1")  # its pool holds the paused state
+    parent.report(0.5, 1)
+    study.tell(parent, state=TrialState.PRUNED)
+    study.enqueue_trial({"lr": 0.01}, user_attrs={RESUME_OF_ATTR: 0, LINEAGE_ATTR: 0})
+    driver._submit(RunCounts())  # noqa: SLF001
+    ((_, (spec,), kwargs),) = driver.client.submitted
+    assert spec["objectives"] == ["val_loss"] and spec["timeout_s"] == 90
+    assert spec["launcher"] == "mpirun -np {ranks} --bind-to none" and spec["warm"] is True
+    assert spec["pool_ranks"] == 4
+    # a continuation goes back to the idle worker whose pool ran its parent
+    assert kwargs["workers"] == ["tcp://w1"] and kwargs["allow_other_workers"] is True
+
+
+def test_a_multi_objective_continuation_starts_with_its_writers_epoch_vectors(
+    tmp_path: Path,
+) -> None:
+    from training._reporting import VECTOR_ATTR
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sf = parse_study(
+        {
+            "name": "m",
+            "metric": ["val_accuracy", "n_params"],
+            "pruner": "none",
+            "checkpoints": {"every": 1},
+            "training": {"dataset": "digits", "epochs": 4, "ranks": 2},
+            "space": {"lr": {"type": "float", "low": 0.001, "high": 0.1}},
+        }
+    )
+    url = str(tmp_path / "m.journal")
+    study = open_study(sf, optuna.storages.InMemoryStorage(), url=url)
+    driver = Driver(sf, study, _Client(), storage_url=url)
+    writer = study.ask()
+    for epoch in (1, 2, 3):
+        writer.set_user_attr(f"{VECTOR_ATTR}{epoch}", [0.1 * epoch, 100])
+    study.tell(writer, state=TrialState.FAIL)
+    study.enqueue_trial(
+        {"lr": 0.01}, user_attrs={RESUME_FROM_ATTR: {"id": "ck", "epoch": 2, "trial": 0}}
+    )
+    _, run = driver._submit(RunCounts())  # noqa: SLF001
+    t = study.trials[run.trial.number]
+    vectors = {k: v for k, v in t.user_attrs.items() if k.startswith(VECTOR_ATTR)}
+    assert vectors == {f"{VECTOR_ATTR}1": [0.1, 100], f"{VECTOR_ATTR}2": [0.2, 100]}
+    assert t.intermediate_values == {}
+
+
+def test_without_resize_a_queued_width_is_ignored(tmp_path: Path) -> None:
+    driver, _ = _driver(tmp_path)  # no [resize]: every trial runs on the study's 2 ranks
+    study = driver.study
+    parent = study.ask()
+    parent.report(0.5, 1)
+    study.tell(parent, state=TrialState.PRUNED)
+    study.enqueue_trial(
+        {"lr": 0.01},
+        user_attrs={
+            RESUME_OF_ATTR: 0,
+            LINEAGE_ATTR: 0,
+            WIDTH_ATTR: 4,
+            RESUME_FROM_ATTR: {"id": "ck", "epoch": 1, "trial": 0},
+        },
+    )
+    _, run = driver._submit(RunCounts())  # noqa: SLF001
+    ((_, (spec,), kwargs),) = driver.client.submitted
+    assert spec["config"]["ranks"] == 2 == run.ranks and kwargs["resources"] == {MPI: 2}
