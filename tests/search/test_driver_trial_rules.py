@@ -283,3 +283,51 @@ def test_without_resize_a_queued_width_is_ignored(tmp_path: Path) -> None:
     _, run = driver._submit(RunCounts())  # noqa: SLF001
     ((_, (spec,), kwargs),) = driver.client.submitted
     assert spec["config"]["ranks"] == 2 == run.ranks and kwargs["resources"] == {MPI: 2}
+
+
+class _BrokenSpace:
+    """A space whose sampler fails (a bad condition, a sampler's own error)."""
+
+    def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
+        raise ValueError("no value for x")
+
+
+def test_a_function_trial_that_cannot_be_built_fails_alone_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    driver, events = _function_driver(tmp_path, "math:fabs")
+    driver.space = _BrokenSpace()
+    counts = RunCounts(target=4)
+    assert driver._submit(counts) is None  # noqa: SLF001
+    trial = driver.study.trials[0]
+    reason = "could not build the trial: no value for x"
+    assert trial.state is TrialState.FAIL and trial.user_attrs["exit_reason"] == reason
+    assert counts.failed == 1 and counts.failures == [f"trial 0: {reason}"]
+    assert events == [("failed", 0, 4)] and driver.client.submitted == []
+
+
+def test_a_function_trials_genome_is_recorded(tmp_path: Path) -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sf = parse_study(
+        {
+            "name": "fg",
+            "objective": "math:fabs",
+            "metric": "y",
+            "direction": "minimize",
+            "pruner": "none",
+            "space": {"genome": GENOME},
+        }
+    )
+    url = str(tmp_path / "fg.journal")
+    study = open_study(sf, optuna.storages.InMemoryStorage(), url=url)
+    driver = Driver(sf, study, _Client(), storage_url=url)
+    _, run = driver._submit(RunCounts())  # noqa: SLF001
+    ((_, (task,), _),) = driver.client.submitted
+    trial = study.trials[run.trial.number]
+    genome = _genome_of(trial)
+    assert task["params"]["genome"] == genome
+    assert (
+        trial.user_attrs["genome"],
+        trial.user_attrs["genome_key"],
+        trial.user_attrs["genome_summary"],
+    ) == (genome.canonical_json, genome.key, genome.summary())
