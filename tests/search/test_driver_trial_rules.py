@@ -17,12 +17,13 @@ from search import parse_study
 from search.backends._dask import run_trial_on_worker
 from search.clusters._base import MPI
 from search.driver._driver import Driver
-from search.driver._outcomes import RunCounts
+from search.driver._outcomes import RunCounts, Running
 from search.driver._resize import WIDTH_ATTR
 from search.driver._study import RESUME_FROM_ATTR, open_study
 from search.driver._warm_start import TRANSFERRED_FROM
 from search.pruners._promotion import LINEAGE_ATTR, RESUME_OF_ATTR
 from tests.search.test_driver_rules import _Client, _driver
+from training.contract import CHECKPOINT_ATTR
 
 
 def _mpi_driver(
@@ -192,6 +193,7 @@ def test_a_trial_that_cannot_be_built_fails_alone_with_the_reason(tmp_path: Path
     assert counts.failed == 1 and counts.failures == [f"trial 0: {reason.splitlines()[0]}"]
     assert events == [("failed", 0, {"exit_reason": reason})]
     assert driver.client.submitted == []  # nothing ran, and the study goes on
+    assert driver.study.get_trials(states=(TrialState.WAITING,)) == []  # not re-queued
 
 
 class _PoolClient(_Client):
@@ -201,7 +203,9 @@ class _PoolClient(_Client):
         return {"tcp://w1": ()}
 
 
-def test_a_trial_carries_the_study_files_launcher_timeout_and_objective(tmp_path: Path) -> None:
+def _warm_continuation(tmp_path: Path, client: _Client) -> tuple[dict, dict]:
+    """A continuation on warm pools ([resize]), its parent run on tcp://w1: its spec and the
+    rest of what the driver asks Dask for."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sf = parse_study(
         {
@@ -217,19 +221,32 @@ def test_a_trial_carries_the_study_files_launcher_timeout_and_objective(tmp_path
     )
     url = str(tmp_path / "w.journal")
     study = open_study(sf, optuna.storages.InMemoryStorage(), url=url)
-    driver = Driver(sf, study, _PoolClient(), storage_url=url)
+    driver = Driver(sf, study, client, storage_url=url)
     parent = study.ask()
     parent.set_user_attr("dask_worker", "tcp://w1")  # its pool holds the paused state
     parent.report(0.5, 1)
     study.tell(parent, state=TrialState.PRUNED)
     study.enqueue_trial({"lr": 0.01}, user_attrs={RESUME_OF_ATTR: 0, LINEAGE_ATTR: 0})
     driver._submit(RunCounts())  # noqa: SLF001
-    ((_, (spec,), kwargs),) = driver.client.submitted
+    ((_, (spec,), kwargs),) = client.submitted
+    return spec, kwargs
+
+
+def test_a_trial_carries_the_study_files_launcher_timeout_and_objective(tmp_path: Path) -> None:
+    spec, kwargs = _warm_continuation(tmp_path, _PoolClient())
     assert spec["objectives"] == ["val_loss"] and spec["timeout_s"] == 90
     assert spec["launcher"] == "mpirun -np {ranks} --bind-to none" and spec["warm"] is True
     assert spec["pool_ranks"] == 4
     # a continuation goes back to the idle worker whose pool ran its parent
     assert kwargs["workers"] == ["tcp://w1"] and kwargs["allow_other_workers"] is True
+
+
+def test_a_continuation_goes_anywhere_when_the_scheduler_cannot_say_who_is_idle(
+    tmp_path: Path,
+) -> None:
+    spec, kwargs = _warm_continuation(tmp_path, _Client())  # no processing(): it raises
+    assert spec["warm"] is True and spec["pool_ranks"] == 4
+    assert "workers" not in kwargs and "allow_other_workers" not in kwargs
 
 
 def test_a_multi_objective_continuation_starts_with_its_writers_epoch_vectors(
@@ -331,3 +348,59 @@ def test_a_function_trials_genome_is_recorded(tmp_path: Path) -> None:
         trial.user_attrs["genome_key"],
         trial.user_attrs["genome_summary"],
     ) == (genome.canonical_json, genome.key, genome.summary())
+
+
+def _counting(driver: Driver) -> list[tuple]:
+    seen: list[tuple] = []
+
+    def on_event(kind: str, trial: Any, counts: RunCounts, result: Any) -> None:
+        seen.append((kind, counts.paused, counts.pruned, counts.continuations, counts.failed))
+
+    driver.on_event = on_event
+    return seen
+
+
+def test_a_lost_pause_adds_to_the_runs_counts(tmp_path: Path) -> None:
+    driver, _ = _driver(tmp_path)
+    seen = _counting(driver)
+    study = driver.study
+    for value in (0.9, 0.8):
+        ahead = study.ask()
+        ahead.report(value, 1)
+        study.tell(ahead, state=TrialState.PRUNED)
+    behind = study.ask()
+    behind.suggest_float("lr", 0.001, 0.1)
+    behind.set_user_attr(RESUME_OF_ATTR, 0)
+    behind.report(0.1, 1)
+    behind.set_user_attr(CHECKPOINT_ATTR, {"id": "ck", "epoch": 1, "store": "x"})
+    counts = RunCounts(paused=2, pruned=3, continuations=4, failed=1)
+    lost = {"state": "failed", "exit_reason": "Dask worker lost: KilledWorker", "lost": True}
+    driver._finish(Running(behind, 2, continuation=True), lost, counts)  # noqa: SLF001
+    assert study.trials[behind.number].state is TrialState.PRUNED
+    assert seen == [("pruned", 3, 4, 5, 1)]
+
+
+def test_a_failure_is_told_quietly_and_each_failures_log_is_kept(tmp_path: Path) -> None:
+    """Told FAIL as a state (Optuna warns of a missing value); the logs' directory is made
+    once and used again."""
+    import warnings
+
+    driver, _ = _driver(tmp_path)
+    seen = _counting(driver)
+    counts = RunCounts(failed=2)
+    paths = []
+    for _ in range(2):
+        trial = driver.study.ask()
+        trial.suggest_float("lr", 0.001, 0.1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            driver._finish(  # noqa: SLF001
+                Running(trial, 2),
+                {"state": "failed", "exit_reason": "exit 1", "log": "out"},
+                counts,
+            )
+        t = driver.study.trials[trial.number]
+        assert t.state is TrialState.FAIL
+        paths.append(Path(t.user_attrs["log_path"]))
+    assert [p.read_text() for p in paths] == ["out", "out"] and paths[0] != paths[1]
+    assert seen == [("failed", 0, 0, 0, 3), ("failed", 0, 0, 0, 4)]
