@@ -404,3 +404,32 @@ def test_a_failure_is_told_quietly_and_each_failures_log_is_kept(tmp_path: Path)
         paths.append(Path(t.user_attrs["log_path"]))
     assert [p.read_text() for p in paths] == ["out", "out"] and paths[0] != paths[1]
     assert seen == [("failed", 0, 0, 0, 3), ("failed", 0, 0, 0, 4)]
+
+
+def test_with_resize_each_segment_of_a_lineage_is_recorded(tmp_path: Path) -> None:
+    from search.driver._resize import SEGMENTS_ATTR
+
+    driver, _ = _driver(tmp_path, resize={"factor": 2, "max_ranks": 4})
+    earlier = {"trial": 0, "ranks": 2, "epochs": 1, "rank_seconds": 3.0}
+    trial = driver.study.ask()
+    trial.suggest_float("lr", 0.001, 0.1)
+    trial.set_user_attr(SEGMENTS_ATTR, [earlier])  # inherited from the segment it continues
+    result = {"state": "paused", "start_epoch": 2, "epochs_run": 2, "ranks": 4, "rank_seconds": 8.5}
+    driver._finish(Running(trial, 2, continuation=True), result, RunCounts())  # noqa: SLF001
+    assert driver.study.trials[trial.number].user_attrs[SEGMENTS_ATTR] == [
+        earlier,
+        {"trial": trial.number, "ranks": 4, "epochs": 2, "rank_seconds": 8.5},
+    ]
+    # a job that did not say its width ran on the width it was given; no time measured: 0
+    first = driver.study.ask()
+    first.suggest_float("lr", 0.001, 0.1)
+    result = {"state": "pruned", "epochs_run": 3, "rank_seconds": None}
+    driver._finish(Running(first, 2), result, RunCounts())  # noqa: SLF001
+    assert driver.study.trials[first.number].user_attrs[SEGMENTS_ATTR] == [
+        {"trial": first.number, "ranks": 2, "epochs": 3, "rank_seconds": 0.0}
+    ]
+    plain, _ = _driver(tmp_path / "plain")  # without [resize]: no segments
+    other = plain.study.ask()
+    other.suggest_float("lr", 0.001, 0.1)
+    plain._finish(Running(other, 2), result, RunCounts())  # noqa: SLF001
+    assert SEGMENTS_ATTR not in plain.study.trials[other.number].user_attrs
