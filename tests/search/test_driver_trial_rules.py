@@ -354,7 +354,16 @@ def _counting(driver: Driver) -> list[tuple]:
     seen: list[tuple] = []
 
     def on_event(kind: str, trial: Any, counts: RunCounts, result: Any) -> None:
-        seen.append((kind, counts.paused, counts.pruned, counts.continuations, counts.failed))
+        seen.append(
+            (
+                kind,
+                counts.paused,
+                counts.pruned,
+                counts.continuations,
+                counts.failed,
+                counts.complete,
+            )
+        )
 
     driver.on_event = on_event
     return seen
@@ -377,7 +386,7 @@ def test_a_lost_pause_adds_to_the_runs_counts(tmp_path: Path) -> None:
     lost = {"state": "failed", "exit_reason": "Dask worker lost: KilledWorker", "lost": True}
     driver._finish(Running(behind, 2, continuation=True), lost, counts)  # noqa: SLF001
     assert study.trials[behind.number].state is TrialState.PRUNED
-    assert seen == [("pruned", 3, 4, 5, 1)]
+    assert seen == [("pruned", 3, 4, 5, 1, 0)]
 
 
 def test_a_failure_is_told_quietly_and_each_failures_log_is_kept(tmp_path: Path) -> None:
@@ -403,7 +412,7 @@ def test_a_failure_is_told_quietly_and_each_failures_log_is_kept(tmp_path: Path)
         assert t.state is TrialState.FAIL
         paths.append(Path(t.user_attrs["log_path"]))
     assert [p.read_text() for p in paths] == ["out", "out"] and paths[0] != paths[1]
-    assert seen == [("failed", 0, 0, 0, 3), ("failed", 0, 0, 0, 4)]
+    assert seen == [("failed", 0, 0, 0, 3, 0), ("failed", 0, 0, 0, 4, 0)]
 
 
 def test_with_resize_each_segment_of_a_lineage_is_recorded(tmp_path: Path) -> None:
@@ -433,3 +442,41 @@ def test_with_resize_each_segment_of_a_lineage_is_recorded(tmp_path: Path) -> No
     other.suggest_float("lr", 0.001, 0.1)
     plain._finish(Running(other, 2), result, RunCounts())  # noqa: SLF001
     assert SEGMENTS_ATTR not in plain.study.trials[other.number].user_attrs
+
+
+def test_a_continuation_that_completes_or_pauses_adds_to_the_runs_counts(tmp_path: Path) -> None:
+    driver, _ = _driver(tmp_path)
+    seen = _counting(driver)
+    counts = RunCounts(complete=1, pruned=2, paused=3, continuations=4)
+    for result in (
+        {"state": "complete", "values": {"val_accuracy": 0.8}, "epochs_run": 1},
+        {"state": "paused", "start_epoch": 2, "epochs_run": 1},
+    ):
+        trial = driver.study.ask()
+        trial.suggest_float("lr", 0.001, 0.1)
+        driver._finish(Running(trial, 2, continuation=True), result, counts)  # noqa: SLF001
+    assert seen == [("complete", 3, 2, 5, 0, 2), ("pruned", 4, 3, 6, 0, 2)]
+    assert [t.state for t in driver.study.trials] == [TrialState.COMPLETE, TrialState.PRUNED]
+
+
+def test_a_multi_objective_trial_is_told_all_its_values(tmp_path: Path) -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sf = parse_study(
+        {
+            "name": "mo",
+            "metric": ["val_accuracy", "n_params"],
+            "pruner": "none",
+            "training": {"dataset": "digits", "epochs": 2, "ranks": 2},
+            "space": {"lr": {"type": "float", "low": 0.001, "high": 0.1}},
+        }
+    )
+    url = str(tmp_path / "mo.journal")
+    study = open_study(sf, optuna.storages.InMemoryStorage(), url=url)
+    driver = Driver(sf, study, _Client(), storage_url=url)
+    trial = study.ask()
+    trial.suggest_float("lr", 0.001, 0.1)
+    result = {"state": "complete", "values": {"val_accuracy": 0.8, "n_params": 1200.0}}
+    counts = RunCounts()
+    driver._finish(Running(trial, 2), result, counts)  # noqa: SLF001
+    t = study.trials[0]
+    assert t.state is TrialState.COMPLETE and t.values == [0.8, 1200.0] and counts.complete == 1
