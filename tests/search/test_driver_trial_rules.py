@@ -480,3 +480,87 @@ def test_a_multi_objective_trial_is_told_all_its_values(tmp_path: Path) -> None:
     driver._finish(Running(trial, 2), result, counts)  # noqa: SLF001
     t = study.trials[0]
     assert t.state is TrialState.COMPLETE and t.values == [0.8, 1200.0] and counts.complete == 1
+
+
+class _Clock:
+    """search.driver._driver's time module, its monotonic clock held still."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return 1_700_000_000.0
+
+
+class _Pending:
+    """A future that has not ended (the driver may cancel it)."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def _timed_out(driver: Driver, monkeypatch: pytest.MonkeyPatch, age: float) -> bool:
+    """Which of one running trial of ``age`` seconds ``_collect`` stops at its timeout."""
+    import search.driver._driver as module
+
+    monkeypatch.setattr(module, "time", _Clock(1000.0))
+    driver._ended_now = lambda timeout=0.5: []  # type: ignore[method-assign]  # nothing ended
+    trial = driver.study.ask()
+    future = _Pending()
+    running = {future: Running(trial, 2, started=1000.0 - age)}
+    out = driver._collect(running)  # type: ignore[arg-type]  # noqa: SLF001
+    if out:
+        ((_, _, result),) = out
+        assert result == {"state": "failed", "exit_reason": "trial_timeout of 10 s reached"}
+    assert future.cancelled == bool(out) and bool(running) != bool(out)
+    return bool(out)
+
+
+def test_an_mpi_trial_gets_30_s_past_its_timeout_to_stop_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sf = parse_study(
+        {
+            "name": "t",
+            "budget": {"trials": 4, "trial_timeout": 10},
+            "pruner": "none",
+            "training": {"dataset": "digits", "epochs": 2, "ranks": 2},
+            "space": {"lr": {"type": "float", "low": 0.001, "high": 0.1}},
+        }
+    )
+    url = str(tmp_path / "t.journal")
+    study = open_study(sf, optuna.storages.InMemoryStorage(), url=url)
+    driver = Driver(sf, study, _Client(), storage_url=url)
+    # the job stops itself at trial_timeout; the driver steps in only 30 s later
+    assert _timed_out(driver, monkeypatch, 39.0) is False
+    assert _timed_out(driver, monkeypatch, 40.0) is False  # strictly past
+    assert _timed_out(driver, monkeypatch, 40.5) is True
+
+
+def test_a_function_trial_is_stopped_right_past_its_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sf = parse_study(
+        {
+            "name": "tf",
+            "objective": "math:fabs",
+            "metric": "y",
+            "direction": "minimize",
+            "pruner": "none",
+            "budget": {"trials": 4, "trial_timeout": 10},
+            "space": {"x": {"type": "float", "low": 0.0, "high": 1.0}},
+        }
+    )
+    url = str(tmp_path / "tf.journal")
+    study = open_study(sf, optuna.storages.InMemoryStorage(), url=url)
+    driver = Driver(sf, study, _Client(), storage_url=url)
+    assert _timed_out(driver, monkeypatch, 10.0) is False
+    assert _timed_out(driver, monkeypatch, 10.5) is True
