@@ -564,3 +564,30 @@ def test_a_function_trial_is_stopped_right_past_its_timeout(
     driver = Driver(sf, study, _Client(), storage_url=url)
     assert _timed_out(driver, monkeypatch, 10.0) is False
     assert _timed_out(driver, monkeypatch, 10.5) is True
+
+
+def test_the_loop_waits_at_most_half_a_second_for_a_trial_to_end(tmp_path: Path) -> None:
+    """Then it looks at timeouts, the cluster and the heartbeat again; every future that has
+    ended by then is taken at once."""
+    import queue
+
+    class _Ends:
+        def __init__(self, ready: list[str]) -> None:
+            self.ready, self.waits = ready, []
+
+        def get(self, timeout: float) -> str:
+            self.waits.append(timeout)
+            if not self.ready:
+                raise queue.Empty
+            return self.ready.pop(0)
+
+        def get_nowait(self) -> str:
+            if not self.ready:
+                raise queue.Empty
+            return self.ready.pop(0)
+
+    driver, _ = _driver(tmp_path)
+    driver._ended = _Ends([])  # type: ignore[assignment]  # noqa: SLF001
+    assert driver._ended_now() == [] and driver._ended.waits == [0.5]  # noqa: SLF001
+    driver._ended = _Ends(["a", "b", "c"])  # type: ignore[assignment]  # noqa: SLF001
+    assert driver._ended_now() == ["a", "b", "c"]  # noqa: SLF001
