@@ -21,7 +21,7 @@ from search.driver._outcomes import RunCounts, Running
 from search.driver._resize import WIDTH_ATTR
 from search.driver._study import RESUME_FROM_ATTR, open_study
 from search.driver._warm_start import TRANSFERRED_FROM
-from search.pruners._promotion import LINEAGE_ATTR, RESUME_OF_ATTR
+from search.pruners._promotion import LINEAGE_ATTR, PAUSED_ATTR, RESUME_OF_ATTR
 from tests.search.test_driver_rules import _Client, _driver
 from training.contract import CHECKPOINT_ATTR
 
@@ -591,3 +591,30 @@ def test_the_loop_waits_at_most_half_a_second_for_a_trial_to_end(tmp_path: Path)
     assert driver._ended_now() == [] and driver._ended.waits == [0.5]  # noqa: SLF001
     driver._ended = _Ends(["a", "b", "c"])  # type: ignore[assignment]  # noqa: SLF001
     assert driver._ended_now() == ["a", "b", "c"]  # noqa: SLF001
+
+
+def _paused_at_rung_1(driver: Driver) -> None:
+    trial = driver.study.ask()
+    trial.suggest_float("lr", 0.001, 0.1)
+    trial.report(0.5, 1)
+    trial.set_user_attr(PAUSED_ATTR, 1)
+    trial.set_user_attr(CHECKPOINT_ATTR, {"id": "ck", "epoch": 1, "store": "x"})
+    driver.study.tell(trial, state=TrialState.PRUNED)
+
+
+def test_once_the_budget_is_spent_each_rungs_best_is_promoted(tmp_path: Path) -> None:
+    """Budget of 2: one configuration paused alone at rung 1 (no top half of one), the other
+    running or ended but not told. No new configuration will come, so the rung's best goes on."""
+    for untold in (0, 1):
+        (tmp_path / str(untold)).mkdir()  # the budget's lock file goes beside the storage
+        driver, _ = _driver(tmp_path / str(untold))
+        _paused_at_rung_1(driver)
+        other = driver.study.ask()
+        other.suggest_float("lr", 0.001, 0.1)
+        running = {} if untold else {_Pending(): Running(other, 2)}
+        counts = RunCounts(pruned=1, paused=1)
+        fill = driver._fill  # noqa: SLF001
+        fill(running, counts, concurrency=4, trials=2, untold=untold)  # type: ignore[arg-type]
+        ((_, (spec,), _),) = driver.client.submitted  # the continuation, nothing more
+        assert spec["resume_from"] == "ck" and counts.promoted == 1
+        assert counts.running == len(running) == 2 - untold
