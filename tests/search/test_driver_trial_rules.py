@@ -598,16 +598,19 @@ def _paused_at_rung_1(driver: Driver) -> None:
     trial.suggest_float("lr", 0.001, 0.1)
     trial.report(0.5, 1)
     trial.set_user_attr(PAUSED_ATTR, 1)
+    trial.set_user_attr(WIDTH_ATTR, 2)  # it ran on 2 ranks
     trial.set_user_attr(CHECKPOINT_ATTR, {"id": "ck", "epoch": 1, "store": "x"})
     driver.study.tell(trial, state=TrialState.PRUNED)
 
 
 def test_once_the_budget_is_spent_each_rungs_best_is_promoted(tmp_path: Path) -> None:
     """Budget of 2: one configuration paused alone at rung 1 (no top half of one), the other
-    running or ended but not told. No new configuration will come, so the rung's best goes on."""
-    for untold in (0, 1):
-        (tmp_path / str(untold)).mkdir()  # the budget's lock file goes beside the storage
-        driver, _ = _driver(tmp_path / str(untold))
+    running or ended but not told. No new configuration will come, so the rung's best goes on
+    (with [resize], twice as wide)."""
+    resize = {"factor": 2, "max_ranks": 4}
+    for i, (untold, policy, width) in enumerate(((0, None, 2), (1, None, 2), (1, resize, 4))):
+        (tmp_path / str(i)).mkdir()  # the budget's lock file goes beside the storage
+        driver, _ = _driver(tmp_path / str(i), resize=policy)
         _paused_at_rung_1(driver)
         other = driver.study.ask()
         other.suggest_float("lr", 0.001, 0.1)
@@ -617,4 +620,5 @@ def test_once_the_budget_is_spent_each_rungs_best_is_promoted(tmp_path: Path) ->
         fill(running, counts, concurrency=4, trials=2, untold=untold)  # type: ignore[arg-type]
         ((_, (spec,), _),) = driver.client.submitted  # the continuation, nothing more
         assert spec["resume_from"] == "ck" and counts.promoted == 1
+        assert spec["config"]["ranks"] == width
         assert counts.running == len(running) == 2 - untold
