@@ -615,10 +615,46 @@ def test_once_the_budget_is_spent_each_rungs_best_is_promoted(tmp_path: Path) ->
         other = driver.study.ask()
         other.suggest_float("lr", 0.001, 0.1)
         running = {} if untold else {_Pending(): Running(other, 2)}
-        counts = RunCounts(pruned=1, paused=1)
+        seen = _counting(driver)
+        counts = RunCounts(pruned=1, paused=1, promoted=3)
         fill = driver._fill  # noqa: SLF001
         fill(running, counts, concurrency=4, trials=2, untold=untold)  # type: ignore[arg-type]
         ((_, (spec,), _),) = driver.client.submitted  # the continuation, nothing more
-        assert spec["resume_from"] == "ck" and counts.promoted == 1
+        assert spec["resume_from"] == "ck" and counts.promoted == 4
+        assert seen == [("started", 1, 1, 0, 0, 0)]
         assert spec["config"]["ranks"] == width
         assert counts.running == len(running) == 2 - untold
+
+
+def test_another_drivers_running_configurations_count_against_the_budget(
+    tmp_path: Path,
+) -> None:
+    driver, _ = _driver(tmp_path)
+    for _ in range(2):  # started by another driver of the study: not in this run's counts
+        driver.study.ask()
+    counts = RunCounts(running=5)
+    driver._fill({}, counts, concurrency=4, trials=2)  # noqa: SLF001
+    assert driver.client.submitted == [] and counts.running == 0
+    driver._fill({}, counts, concurrency=4, trials=3)  # noqa: SLF001
+    assert len(driver.client.submitted) == 1 and counts.running == 1
+
+
+def test_at_the_studys_end_idle_slots_widen_the_running_trials(tmp_path: Path) -> None:
+    """This driver: 2 workers of 8 slots, one running a trial on 4 ranks; another driver's two
+    trials on 1 rank each. 12 slots are idle: 4 widen this driver's trial to 8 (the furthest
+    along), 7 the other driver's better trial to 8, the last one its other trial to 2."""
+    from search.driver._resize import WIDEN_ATTR
+
+    driver, _ = _driver(tmp_path, resize={"factor": 2, "max_ranks": 8})
+    study = driver.study
+    mine, better, worse = study.ask(), study.ask(), study.ask()
+    for trial, width, curve in ((mine, 4, (0.5, 0.6)), (better, 1, (0.9,)), (worse, 1, (0.3,))):
+        trial.set_user_attr(WIDTH_ATTR, width)
+        for epoch, value in enumerate(curve, 1):
+            trial.report(value, epoch)
+    running = {_Pending(): Running(mine, 4)}
+    counts = RunCounts(complete=1)  # the budget of 1 is spent: nothing more starts
+    driver._fill(running, counts, concurrency=2, trials=1)  # type: ignore[arg-type]  # noqa: SLF001
+    assert driver.client.submitted == []
+    widths = [study.trials[t.number].system_attrs.get(WIDEN_ATTR) for t in (mine, better, worse)]
+    assert widths == [8, 8, 2]
