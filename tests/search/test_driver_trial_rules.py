@@ -639,22 +639,34 @@ def test_another_drivers_running_configurations_count_against_the_budget(
     assert len(driver.client.submitted) == 1 and counts.running == 1
 
 
-def test_at_the_studys_end_idle_slots_widen_the_running_trials(tmp_path: Path) -> None:
-    """This driver: 2 workers of 8 slots, one running a trial on 4 ranks; another driver's two
-    trials on 1 rank each. 12 slots are idle: 4 widen this driver's trial to 8 (the furthest
-    along), 7 the other driver's better trial to 8, the last one its other trial to 2."""
+def _widened(tmp_path: Path, concurrency: int, mine: list[int], theirs: list[int]) -> list[Any]:
+    """The widths idle slots give (WIDEN_ATTR) to this driver's running trials (``mine``: their
+    ranks; the first is the furthest along) and another driver's (``theirs``, best first), at
+    the study's end, with workers of 8 slots ([resize] max_ranks 8)."""
     from search.driver._resize import WIDEN_ATTR
 
+    tmp_path.mkdir()  # the budget's lock file goes beside the storage
     driver, _ = _driver(tmp_path, resize={"factor": 2, "max_ranks": 8})
     study = driver.study
-    mine, better, worse = study.ask(), study.ask(), study.ask()
-    for trial, width, curve in ((mine, 4, (0.5, 0.6)), (better, 1, (0.9,)), (worse, 1, (0.3,))):
+    trials = []
+    for i, width in enumerate(mine + theirs):
+        trial = study.ask()
         trial.set_user_attr(WIDTH_ATTR, width)
+        curve = (0.5, 0.6) if i == 0 else (0.9 - 0.1 * i,)
         for epoch, value in enumerate(curve, 1):
             trial.report(value, epoch)
-    running = {_Pending(): Running(mine, 4)}
+        trials.append(trial)
+    running = {_Pending(): Running(t, w) for t, w in zip(trials, mine, strict=False)}
     counts = RunCounts(complete=1)  # the budget of 1 is spent: nothing more starts
-    driver._fill(running, counts, concurrency=2, trials=1)  # type: ignore[arg-type]  # noqa: SLF001
+    fill = driver._fill  # noqa: SLF001
+    fill(running, counts, concurrency=concurrency, trials=1)  # type: ignore[arg-type]
     assert driver.client.submitted == []
-    widths = [study.trials[t.number].system_attrs.get(WIDEN_ATTR) for t in (mine, better, worse)]
-    assert widths == [8, 8, 2]
+    return [study.trials[t.number].system_attrs.get(WIDEN_ATTR) for t in trials]
+
+
+def test_at_the_studys_end_idle_slots_widen_the_running_trials(tmp_path: Path) -> None:
+    # 12 idle slots (a free worker's 8, 4 beside this driver's trial): 4 widen it to 8, 7 the
+    # other driver's better trial to 8, the last one its other trial to 2
+    assert _widened(tmp_path / "a", 2, [4], [1, 1]) == [8, 8, 2]
+    # 4 idle slots (none beside a trial on 8 ranks already): all to the furthest along
+    assert _widened(tmp_path / "b", 2, [4, 8], [1]) == [8, None, None]
