@@ -6,6 +6,7 @@ is test_driver_rules.py's stand-in that takes submissions without running them."
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -670,3 +671,48 @@ def test_at_the_studys_end_idle_slots_widen_the_running_trials(tmp_path: Path) -
     assert _widened(tmp_path / "a", 2, [4], [1, 1]) == [8, 8, 2]
     # 4 idle slots (none beside a trial on 8 ranks already): all to the furthest along
     assert _widened(tmp_path / "b", 2, [4, 8], [1]) == [8, None, None]
+
+
+# --- the loop (Driver.run) on a client that answers at once: no worker, no wait ------------
+
+
+class _Instant(_Client):
+    """Each submitted function trial has ended when submit returns, with ``answer(x)``'s
+    result (a dict, or an exception: a lost worker)."""
+
+    def __init__(self, answer: Any) -> None:
+        super().__init__()
+        self.answer = answer
+
+    def submit(self, func: Any, *args: Any, **kwargs: Any) -> Future:
+        self.submitted.append((func, args, kwargs))
+        future: Future = Future()
+        result = self.answer(args[0]["params"]["x"])
+        if isinstance(result, BaseException):
+            future.set_exception(result)
+        else:
+            future.set_result(result)
+        return future
+
+
+def _instant(tmp_path: Path, answer: Any, **options: Any) -> Driver:
+    driver, _ = _function_driver(tmp_path, "math:fabs")
+    return Driver(
+        driver.sf, driver.study, _Instant(answer), storage_url=driver.storage_url, **options
+    )
+
+
+def _complete(x: float) -> dict[str, Any]:
+    return {"state": "complete", "values": {"y": x}}
+
+
+def test_a_run_counts_the_trials_finished_before_it_against_the_budget(tmp_path: Path) -> None:
+    driver = _instant(tmp_path, _complete)
+    for _ in range(2):  # an earlier run's
+        trial = driver.study.ask()
+        trial.suggest_float("x", 0.0, 1.0)
+        driver.study.tell(trial, 0.5)
+    counts = driver.run(trials=5, concurrency=1, timeout=None)
+    assert (counts.finished_before, counts.target, counts.complete) == (2, 5, 3)
+    assert [t.state for t in driver.study.trials] == [TrialState.COMPLETE] * 5
+    assert counts.stopped_because == "" and counts.running == 0
