@@ -716,3 +716,46 @@ def test_a_run_counts_the_trials_finished_before_it_against_the_budget(tmp_path:
     assert (counts.finished_before, counts.target, counts.complete) == (2, 5, 3)
     assert [t.state for t in driver.study.trials] == [TrialState.COMPLETE] * 5
     assert counts.stopped_because == "" and counts.running == 0
+
+
+def _kinds(events: list[str]) -> Any:
+    def on_event(kind: str, *_: Any) -> None:
+        events.append(kind)
+
+    return on_event
+
+
+def test_with_two_workers_the_next_trial_starts_before_the_ended_ones_are_told(
+    tmp_path: Path,
+) -> None:
+    """Workers never wait for the bookkeeping; one at a time, the tell comes first."""
+    kinds = {}
+    for concurrency in (1, 2):
+        events: list[str] = []
+        (tmp_path / str(concurrency)).mkdir()  # the budget's lock file goes beside the storage
+        driver = _instant(tmp_path / str(concurrency), _complete, on_event=_kinds(events))
+        driver.run(trials=3, concurrency=concurrency, timeout=None)
+        kinds[concurrency] = [k for k in events if k != "tick"]
+    assert kinds[1] == ["started", "complete"] * 3
+    assert kinds[2] == ["started", "started", "started", "complete", "complete", "complete"]
+
+
+def test_a_timeout_ends_the_run_only_once_strictly_past(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import search.driver._driver as module
+
+    monkeypatch.setattr(module, "time", _Clock(1000.0))  # no time passes
+    counts = _instant(tmp_path, _complete).run(trials=2, concurrency=1, timeout=0.0)
+    assert counts.complete == 2 and counts.stopped_because == ""
+
+
+def test_ctrl_c_while_the_first_trial_is_submitted_stops_the_run_as_ctrl_c(
+    tmp_path: Path,
+) -> None:
+    def interrupted(x: float) -> dict[str, Any]:
+        raise KeyboardInterrupt
+
+    driver = _instant(tmp_path, interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        driver.run(trials=2, concurrency=1, timeout=None)
