@@ -759,3 +759,41 @@ def test_ctrl_c_while_the_first_trial_is_submitted_stops_the_run_as_ctrl_c(
     driver = _instant(tmp_path, interrupted)
     with pytest.raises(KeyboardInterrupt):
         driver.run(trials=2, concurrency=1, timeout=None)
+
+
+class _Later(_Instant):
+    """Trials with x >= 0.5 end only when ``finish`` is called (the watch calls it)."""
+
+    def __init__(self) -> None:
+        super().__init__(_complete)
+        self.pending: list[tuple[Future, float]] = []
+
+    def submit(self, func: Any, *args: Any, **kwargs: Any) -> Future:
+        x = args[0]["params"]["x"]
+        if x < 0.5:
+            return super().submit(func, *args, **kwargs)
+        self.submitted.append((func, args, kwargs))
+        future: Future = Future()
+        self.pending.append((future, x))
+        return future
+
+    def finish(self) -> None:
+        while self.pending:
+            future, x = self.pending.pop()
+            future.set_result(_complete(x))
+
+
+def test_the_cluster_watch_is_told_whether_trials_still_run(tmp_path: Path) -> None:
+    waiting: list[bool] = []
+    client = _Later()
+
+    def watch(**kwargs: bool) -> None:
+        waiting.append(kwargs["waiting"])
+        client.finish()
+
+    driver, _ = _function_driver(tmp_path, "math:fabs")
+    driver = Driver(driver.sf, driver.study, client, storage_url=driver.storage_url, watch=watch)
+    for x in (0.2, 0.8):  # one ends at once, the other when the watch has looked
+        driver.study.enqueue_trial({"x": x})
+    driver.run(trials=2, concurrency=2, timeout=None)
+    assert waiting == [True, False]
