@@ -797,3 +797,25 @@ def test_the_cluster_watch_is_told_whether_trials_still_run(tmp_path: Path) -> N
         driver.study.enqueue_trial({"x": x})
     driver.run(trials=2, concurrency=2, timeout=None)
     assert waiting == [True, False]
+
+
+def test_the_heartbeat_is_written_once_30_s_have_strictly_passed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import search.driver._driver as module
+    from search.driver._study import driver_beat_key
+
+    clock = _Clock(1000.0)
+    monkeypatch.setattr(module, "time", clock)
+    beats = []
+    for step in (30.0, 30.5):  # the time a trial takes, on the held clock
+
+        def on_event(kind: str, *_: Any, step: float = step) -> None:
+            if kind == "started":
+                clock.now += step
+
+        (tmp_path / str(step)).mkdir()  # the budget's lock file goes beside the storage
+        driver = _instant(tmp_path / str(step), _complete, on_event=on_event)
+        driver.run(trials=1, concurrency=1, timeout=None)
+        beats.append(driver.study.user_attrs.get(driver_beat_key(driver.owner)))
+    assert beats == [None, clock.time()]
