@@ -819,3 +819,32 @@ def test_the_heartbeat_is_written_once_30_s_have_strictly_passed(
         driver.run(trials=1, concurrency=1, timeout=None)
         beats.append(driver.study.user_attrs.get(driver_beat_key(driver.owner)))
     assert beats == [None, clock.time()]
+
+
+class _InstantJobs(_Client):
+    """Each submitted MPI trial has ended when submit returns, complete."""
+
+    def submit(self, func: Any, *args: Any, **kwargs: Any) -> Future:
+        self.submitted.append((func, args, kwargs))
+        future: Future = Future()
+        future.set_result({"state": "complete", "values": {"val_accuracy": 0.7}, "epochs_run": 4})
+        return future
+
+
+def test_ended_untold_configurations_spend_the_budget_for_the_next_start(tmp_path: Path) -> None:
+    """Budget of 3: one configuration paused alone at rung 1 before this run, two more start
+    and end. Before they are told, the budget counts as spent: the paused one, its rung's best,
+    is promoted at once rather than after the tells."""
+    driver, _ = _driver(tmp_path)
+    _paused_at_rung_1(driver)
+    events: list[str] = []
+    driver = Driver(
+        driver.sf,
+        driver.study,
+        _InstantJobs(),
+        storage_url=driver.storage_url,
+        on_event=_kinds(events),
+    )
+    driver.run(trials=3, concurrency=2, timeout=None)
+    assert [k for k in events if k != "tick"] == ["started"] * 3 + ["complete"] * 3
+    assert driver.study.trials[-1].user_attrs[RESUME_OF_ATTR] == 0  # the promoted one
