@@ -767,6 +767,7 @@ class _Later(_Instant):
     def __init__(self) -> None:
         super().__init__(_complete)
         self.pending: list[tuple[Future, float]] = []
+        self.handed: list[Future] = []  # the futures that did not end at once
 
     def submit(self, func: Any, *args: Any, **kwargs: Any) -> Future:
         x = args[0]["params"]["x"]
@@ -775,6 +776,7 @@ class _Later(_Instant):
         self.submitted.append((func, args, kwargs))
         future: Future = Future()
         self.pending.append((future, x))
+        self.handed.append(future)
         return future
 
     def finish(self) -> None:
@@ -848,3 +850,32 @@ def test_ended_untold_configurations_spend_the_budget_for_the_next_start(tmp_pat
     driver.run(trials=3, concurrency=2, timeout=None)
     assert [k for k in events if k != "tick"] == ["started"] * 3 + ["complete"] * 3
     assert driver.study.trials[-1].user_attrs[RESUME_OF_ATTR] == 0  # the promoted one
+
+
+def test_a_cluster_failure_tells_the_ended_trials_and_requeues_the_running_ones(
+    tmp_path: Path,
+) -> None:
+    import warnings
+
+    from search.clusters._watch import ClusterFailed
+
+    client = _Later()
+
+    def watch(**kwargs: bool) -> None:
+        raise ClusterFailed("cluster", "no worker came")
+
+    driver, _ = _function_driver(tmp_path, "math:fabs")
+    driver = Driver(driver.sf, driver.study, client, storage_url=driver.storage_url, watch=watch)
+    for x in (0.2, 0.8):  # one has ended, the other still runs when the cluster fails
+        driver.study.enqueue_trial({"x": x})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # each told as a state, not as a missing value
+        with pytest.raises(ClusterFailed):
+            driver.run(trials=2, concurrency=2, timeout=None)
+    ended, running, retry = driver.study.trials
+    assert ended.state is TrialState.COMPLETE and ended.value == 0.2
+    assert running.state is TrialState.FAIL and running.user_attrs["exit_reason"].startswith(
+        "cluster failed: cluster: no worker came; parameters re-queued"
+    )
+    assert retry.state is TrialState.WAITING and retry.system_attrs["fixed_params"] == {"x": 0.8}
+    assert [f.cancelled() for f in client.handed] == [True]  # its job is stopped
