@@ -879,3 +879,26 @@ def test_a_cluster_failure_tells_the_ended_trials_and_requeues_the_running_ones(
     )
     assert retry.state is TrialState.WAITING and retry.system_attrs["fixed_params"] == {"x": 0.8}
     assert [f.cancelled() for f in client.handed] == [True]  # its job is stopped
+
+
+def test_the_display_ticks_each_turn_with_the_trials_still_running(tmp_path: Path) -> None:
+    client = _Later()
+    ticks: list[tuple[Any, ...]] = []
+
+    def on_event(kind: str, trial: Any, counts: RunCounts, result: Any) -> None:
+        if trial is None:
+            ticks.append((kind, counts.running, result))
+
+    driver, _ = _function_driver(tmp_path, "math:fabs")
+    driver = Driver(
+        driver.sf,
+        driver.study,
+        client,
+        storage_url=driver.storage_url,
+        on_event=on_event,
+        watch=lambda **_: client.finish(),
+    )
+    for x in (0.2, 0.8):  # one ends at once, the other a turn later
+        driver.study.enqueue_trial({"x": x})
+    driver.run(trials=2, concurrency=2, timeout=None)
+    assert ticks == [("tick", 1, None), ("tick", 0, None)]
