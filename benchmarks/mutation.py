@@ -29,9 +29,13 @@ Command::
 
     nice -n 10 python benchmarks/mutation.py [MODULE ...] [--sample N] [--phase after]
         [--budget SECONDS] [--json PATH] [--quick] [--list] [--only KEY ...] [--show KEY]
+        [--start I] [--stop J]
 
-``--quick``: 10 mutants of spaces/_genome.py. ``--only``: the named mutants (of one module)
-only, and exit 1 unless all are caught (the CI sample in tests/test_mutation_sample.py).
+``--start``/``--stop``: a piece of the chosen mutants (``--sample 0``: in file order), so a set
+too long for one sitting runs in pieces, each recorded under its own ``--phase`` (the settings
+say which piece). ``--quick``: 10 mutants of spaces/_genome.py. ``--only``: the named mutants
+(of one module) only, and exit 1 unless all are caught (the CI sample in
+tests/test_mutation_sample.py).
 """
 
 from __future__ import annotations
