@@ -902,3 +902,44 @@ def test_the_display_ticks_each_turn_with_the_trials_still_running(tmp_path: Pat
         driver.study.enqueue_trial({"x": x})
     driver.run(trials=2, concurrency=2, timeout=None)
     assert ticks == [("tick", 1, None), ("tick", 0, None)]
+
+
+@pytest.fixture(scope="module")
+def sim_client() -> Any:
+    """An in-process Dask client: the simulated clock waits on real futures."""
+    from distributed import Client
+
+    with Client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as c:
+        yield c
+
+
+def test_an_interrupt_tells_an_ended_simulated_trial_as_the_simulation_ended_it(
+    sim_client: Any,
+) -> None:
+    """The pruner stopped it at its first simulated epoch: that is what is told, not the
+    workload's whole answer."""
+    from search.clusters._watch import ClusterFailed
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sf = parse_study(
+        {
+            "name": "sim",
+            "objective": "simulated:sweep",
+            "metric": "loss",
+            "direction": "minimize",
+            "pruner": "none",
+            "strategy": {"name": "random", "seed": 5},
+            "space": {"x": {"type": "float", "low": 0, "high": 1}},
+        }
+    )
+    study = open_study(sf, optuna.storages.InMemoryStorage())
+    study.pruner = optuna.pruners.ThresholdPruner(upper=-1.0)  # stops every trial at once
+
+    def watch(**kwargs: bool) -> None:
+        raise ClusterFailed("cluster", "gone")
+
+    driver = Driver(sf, study, sim_client, storage_url="", watch=watch)
+    with pytest.raises(ClusterFailed):
+        driver.run(trials=1, concurrency=1, timeout=None)
+    (trial,) = study.trials
+    assert trial.state is TrialState.PRUNED and trial.user_attrs["epochs_run"] == 1
