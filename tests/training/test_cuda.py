@@ -20,6 +20,7 @@ from mpi4py import MPI
 
 from training._asgd import ASGD
 from training._session import describe_device, pick_device
+from training._sync import GradientAllreduce
 
 pytestmark = [
     pytest.mark.cuda,
@@ -107,3 +108,26 @@ def test_every_rank_picks_a_cuda_device_and_names_it() -> None:
     assert device.type == "cuda" and device.index == 0
     assert describe_device(device) == f"cuda:0 ({torch.cuda.get_device_name(0)})"
     assert describe_device(torch.device("cpu")) == "cpu"
+
+
+def test_sync_on_one_gpu_rank_keeps_the_gradient_backward_made() -> None:
+    """One rank stages nothing through the host: the buffer must keep backward's gradient
+    (a copy back from the unused host buffer zeroed it, and a one-rank sync trial on a GPU
+    stayed at chance)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 2))
+    x, y = torch.randn(16, 6), torch.randint(0, 2, (16,))
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    expected = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    gpu = model.to("cuda")
+    sync = GradientAllreduce(list(gpu.parameters()), MPI.COMM_SELF, bucket_bytes=64)
+    try:
+        sync.zero_grad()
+        torch.nn.functional.cross_entropy(gpu(x.cuda()), y.cuda()).backward()
+        sync.synchronize()
+        for p, want in zip(gpu.parameters(), expected, strict=True):
+            torch.testing.assert_close(p.grad.cpu(), want, rtol=1e-5, atol=1e-6)
+        assert len(sync.bucket_sizes) > 1  # several buckets, each kept
+    finally:
+        sync.close()
