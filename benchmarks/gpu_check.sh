@@ -16,6 +16,7 @@
 #   3. the quickstart study through `search run`, and the device its trials recorded;
 #   4. ASGD's mutants that survived the CPU-only tests, against the cuda tests
 #      (benchmarks/mutation.py, phase full_after_gpu).
+# STEPS, CORE_TESTS and JOBS (pytest-xdist workers) choose a part.
 # It writes OUT_DIR/gpu_check.json (the steps' exit codes and pytest summaries, the GPU, the
 # versions, the quickstart's trials) and the logs beside it.
 set -uo pipefail
@@ -49,12 +50,14 @@ step() {  # step NAME SECONDS COMMAND...: the command's exit code goes to NAME.r
 }
 
 step cuda_tests 120 "$PY" -m pytest -p no:cacheprovider -q -m cuda tests/training/test_cuda.py
-XDIST=$("$PY" -c "import xdist" 2>/dev/null && echo "-n 4")  # 4 jobs at a time where pytest-xdist is
-step core_tests 240 "$PY" -m pytest -p no:cacheprovider -q $XDIST -m "not slow and not benchmark" \
-  tests/training/test_sync_equivalence.py tests/training/test_algorithms.py \
+XDIST=$("$PY" -c "import xdist" 2>/dev/null && echo "-n ${JOBS:-4}")  # where pytest-xdist is
+CORE_TESTS=${CORE_TESTS:-tests/training/test_sync_equivalence.py tests/training/test_algorithms.py \
   tests/training/test_own_loop.py tests/training/test_one_core.py \
-  tests/training/test_checkpoints.py tests/training/test_pruning_ranks.py \
-  tests/training/test_pool.py tests/search/test_end_to_end.py
+  tests/training/test_checkpoints.py tests/training/test_reshard.py \
+  tests/training/test_pruning_ranks.py tests/training/test_pool.py tests/search/test_end_to_end.py}
+# shellcheck disable=SC2086  # word splitting wanted: a list of files
+step core_tests 300 "$PY" -m pytest -p no:cacheprovider -q $XDIST -m "not slow and not benchmark" \
+  $CORE_TESTS
 QS=$(mktemp -d)
 cp studies/quickstart.toml "$QS/"
 step quickstart 120 bash -c "cd '$QS' && '$PY' -m search.cli run quickstart.toml --no-progress"
