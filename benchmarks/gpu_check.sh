@@ -36,6 +36,9 @@ if [ -d .whl ] && ! "$PY" -c "import optuna, dask, mpi4py" 2>/dev/null; then
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
+# torch.cuda.is_available() through NVML, without a CUDA context: the mutation tool forks a
+# child per mutant, and CUDA cannot start again in a child forked after the parent started it
+export PYTORCH_NVML_BASED_CUDA_CHECK=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader \
   > "$OUT_DIR/gpu.txt" 2>&1
 
