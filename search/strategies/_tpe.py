@@ -56,12 +56,12 @@ class DistinctTPESampler(TPESampler):
 
     ``window``: once more trials than this have finished, TPE is fitted on its "good" trials of
     the whole study (the best ``gamma``) plus the most recent others, ``window`` in all
-    (``search.strategies._window``); None fits every trial, as Optuna does."""
+    (``search.strategies._window``); None or 0 fits every trial, as Optuna does."""
 
     def __init__(self, *, space: spaces.Space, window: int | None = None, **tpe: Any) -> None:
         if not isinstance(space, spaces.Space):
             raise TypeError(f"space: expected a spaces.Space, got {type(space).__name__}")
-        if window is not None and window < _MIN_WINDOW:
+        if window and window < _MIN_WINDOW:  # (0, as None: every trial)
             raise ValueError(
                 f"window: must be >= {_MIN_WINDOW} (or 0 for every trial), got {window}"
             )
