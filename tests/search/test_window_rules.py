@@ -1,15 +1,21 @@
 """The window's rules (issue 33): a windowed study answers as a study does, the best of a
 minimized study are its lowest values, ties go to the oldest trial (as TPE's own split), the
-best 0 or 1, a large Pareto front cut to half the window, and what ``fresh`` means."""
+best 0 or 1, the Pareto front (weak dominance, a large front cut to half the window), what
+``fresh`` means, and the incremental grouped search space against Optuna's."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import optuna
+import pytest
 from optuna.distributions import FloatDistribution
+from optuna.search_space.group_decomposed import _GroupDecomposedSearchSpace
+from optuna.storages import InMemoryStorage
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
-from search.strategies._window import Window, WindowedStudy
+from search.strategies._window import IncrementalGroupSpace, Window, WindowedStudy
 
 DIST = {"x": FloatDistribution(0.0, 1.0)}
 
@@ -99,3 +105,59 @@ def test_the_first_look_takes_every_trial_later_ones_only_those_named_fresh() ->
         kept.pick(study, [t for t in trials if t.number != 3], size=10, best=3)
         got = kept.pick(study, with_late, size=10, best=3, fresh=fresh)
         assert (3 in _numbers(got)) is expected
+
+
+def test_the_front_drops_a_weakly_dominated_point_and_keeps_an_equal_one_once() -> None:
+    # 1 ties 0 on the second objective and beats it on the first; 2 equals 1; 3 ties 1 on the
+    # first and is worse on the second. The front is trial 1 alone; 20 dominated trials follow.
+    points = [[1.0, 1.0], [2.0, 1.0], [2.0, 1.0], [2.0, 0.5]] + [[-10.0, -10.0]] * 20
+    study = _study(points, ["maximize", "maximize"])
+    picked = _numbers(Window().pick(study, study.trials, size=10, best=0))
+    assert picked == [1, *range(15, 24)]
+
+
+def _grouped(include_pruned: bool | None) -> tuple[optuna.Study, list[list[str]]]:
+    """A study whose pruned trials hold a name no complete one has, and Optuna's groups."""
+    study = optuna.create_study()
+    x, y = FloatDistribution(0.0, 1.0), FloatDistribution(0.0, 1.0)
+    for i in range(3):
+        study.add_trial(create_trial(params={"x": 0.5}, distributions={"x": x}, value=float(i)))
+        study.add_trial(create_trial(params={"x": 0.5, "y": 0.5}, distributions={"x": x, "y": y},
+                                     state=TrialState.PRUNED))
+    theirs = (_GroupDecomposedSearchSpace() if include_pruned is None
+              else _GroupDecomposedSearchSpace(include_pruned))
+    return study, [sorted(g) for g in theirs.calculate(study).search_spaces]
+
+
+@pytest.mark.parametrize("include_pruned", [None, False, True])
+def test_the_grouped_space_counts_pruned_trials_as_optunas_does(include_pruned: bool | None) -> None:
+    study, expected = _grouped(include_pruned)
+    ours = IncrementalGroupSpace() if include_pruned is None else IncrementalGroupSpace(
+        include_pruned)
+    assert [sorted(g) for g in ours.calculate(study).search_spaces] == expected
+    assert (["y"] in expected) is bool(include_pruned)
+
+
+def test_the_grouped_space_is_one_studys_read_once_per_ask_and_returns_a_copy() -> None:
+    reads: list[Any] = []
+
+    class Counting(InMemoryStorage):
+        def get_all_trials(self, study_id: int, deepcopy: bool = True,
+                           states: Any = None) -> list[FrozenTrial]:
+            reads.append(states)
+            return super().get_all_trials(study_id, deepcopy=deepcopy, states=states)
+
+    storage = Counting()
+    study, other = (optuna.create_study(storage=storage) for _ in range(2))
+    study.add_trial(create_trial(params={"x": 0.5}, distributions=DIST, value=0.0))
+    ours = IncrementalGroupSpace(True)
+    study._thread_local.cached_all_trials = None  # as ask() leaves it
+    reads.clear()
+    first = ours.calculate(study, use_cache=True)
+    ours.calculate(study, use_cache=True)
+    assert len(reads) == 1  # the ask's snapshot, shared with Optuna's own reads
+    first.search_spaces[0].clear()  # the caller's copy: the space's own groups stay whole
+    assert [sorted(g) for g in ours.calculate(study).search_spaces] == [["x"]]
+    with pytest.raises(ValueError, match=r"^`_GroupDecomposedSearchSpace` cannot handle "
+                                         r"multiple studies\.$"):
+        ours.calculate(other)
