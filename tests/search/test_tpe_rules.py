@@ -60,6 +60,8 @@ def test_a_bad_space_or_a_window_below_50_is_refused_with_its_value() -> None:
     _add(study, 51)
     windowed = DistinctTPESampler(space=XY, window=50)._windowed(study)  # 50 is allowed
     assert len(windowed._get_trials(deepcopy=False)) == 50
+    for whole in (None, 0):  # every trial, as the refusal says
+        assert DistinctTPESampler(space=XY, window=whole)._windowed(study) is study
 
 
 def test_parameters_only_pruned_trials_hold_are_modelled_as_optunas_grouped_tpe_does() -> None:
