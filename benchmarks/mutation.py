@@ -143,7 +143,6 @@ OWN_TESTS: dict[str, list[str]] = {
         "tests/search/test_sampler_contract.py",
     ],
     "search/strategies/_auto.py": [
-        "tests/search/test_auto_rules.py",
         "tests/search/test_auto.py",
         "tests/search/test_strategies.py::test_every_strategy_builds_for_its_objectives",
     ],
