@@ -128,11 +128,76 @@ def test_only_units_that_apply_mutate_and_a_space_without_a_genome_works() -> No
 def test_reseed_rng_reseeds_the_child_generator() -> None:
     def child(reseed: bool) -> dict[str, Any]:
         generation = GenomeChildGeneration(space=SPACE, seed=0)
-        sampler = GenomeNSGAIISampler(population_size=4, seed=0,
-                                      child_generation_strategy=generation)
+        with pytest.warns(optuna.exceptions.ExperimentalWarning):
+            sampler = GenomeNSGAIISampler(population_size=4, seed=0,
+                                          child_generation_strategy=generation)
         if reseed:
             sampler.reseed_rng()
         return generation(STUDY, P.distributions, [P, Q])
 
     assert child(False) == child(False)
     assert child(True) != child(False)
+
+
+STACK = spaces.make_family(
+    "stack", min_conv_layers=0, max_conv_layers=3, min_dense_layers=1, max_dense_layers=2,
+    channels=[16, 32, 64], kernels=[3, 5, 7], widths=[64, 128, 256])
+STACK_SPACE = spaces.Space({"genome": STACK, "lr": spaces.Float(low=1e-4, high=1e-2, log=True)})
+
+
+def _stack_study(**kwargs: Any) -> tuple[optuna.Study, GenomeNSGAIISampler,
+                                         GenomeChildGeneration]:
+    children = GenomeChildGeneration(space=STACK_SPACE, seed=0, mutation_prob=1.0)
+    with pytest.warns(optuna.exceptions.ExperimentalWarning):
+        sampler = GenomeNSGAIISampler(population_size=4, seed=0,
+                                      child_generation_strategy=children, **kwargs)
+    return optuna.create_study(directions=["maximize", "minimize"], sampler=sampler), sampler, \
+        children
+
+
+def test_a_child_trial_is_its_whole_child_with_exactly_its_genomes_parameters() -> None:
+    # Variable depth: a child that lost a layer keeps none of its parameters, the trial asks
+    # its deeper layers from the whole child (not at random), and every genome decision of a
+    # child is counted once, as the child's.
+    study, sampler, children = _stack_study()
+    made = 0
+    for i in range(16):
+        trial = study.ask()
+        genome = STACK_SPACE.suggest(trial)["genome"]
+        whole = children.last_child
+        if whole is not None:
+            names = {k for k in whole if k.startswith("genome.")}
+            assert names == set(STACK.to_params(STACK.from_params(whole)))
+            assert STACK.from_params(whole) == genome
+            made += sum(k.startswith("genome.") for k in trial.params)
+        study.tell(trial, [float(len(genome.layers)), float(i % 5)])
+    assert made > 20 and sampler.decisions == {"child": made, "random": 0}
+
+
+def test_a_value_the_distribution_cannot_hold_is_drawn_afresh_and_counted() -> None:
+    study, sampler, children = _stack_study()
+    for i in range(4):
+        trial = study.ask()
+        STACK_SPACE.suggest(trial)
+        study.tell(trial, [float(i), float(-i)])
+    trial = study.ask()
+    assert trial.relative_params is not None and children.last_child is not None
+    frozen = study._storage.get_trial(trial._trial_id)
+    genome_name = next(k for k in children.last_child if k.startswith("genome."))
+    other = optuna.distributions.CategoricalDistribution(("not-a-value",))
+    before = dict(sampler.decisions)
+    assert sampler.sample_independent(study, frozen, genome_name, other) == "not-a-value"
+    lr = optuna.distributions.FloatDistribution(5.0, 6.0)  # the child's lr is below 1e-2
+    assert 5.0 <= sampler.sample_independent(study, frozen, "lr", lr) <= 6.0
+    assert sampler.decisions == {"child": before["child"], "random": before["random"] + 1}
+
+
+def test_constraints_given_to_the_sampler_are_recorded_for_each_trial() -> None:
+    with pytest.warns(FutureWarning):  # Optuna 5 deprecates constraints_func
+        study, _, _ = _stack_study(constraints_func=lambda t: [t.params["lr"] - 5e-3])
+    for i in range(6):
+        trial = study.ask()
+        STACK_SPACE.suggest(trial)
+        study.tell(trial, [float(i), float(-i)])
+    assert [t.system_attrs["constraints"] for t in study.trials] == [
+        (t.params["lr"] - 5e-3,) for t in study.trials]
