@@ -14,8 +14,12 @@ from optuna.trial import TrialState, create_trial
 from search.pruners._top_half import TopHalfPruner
 
 
-def _study(direction: str, startup: int | None, epoch1: list[float],
-           state: TrialState = TrialState.COMPLETE) -> optuna.Study:
+def _study(
+    direction: str,
+    startup: int | None,
+    epoch1: list[float],
+    state: TrialState = TrialState.COMPLETE,
+) -> optuna.Study:
     pruner = TopHalfPruner() if startup is None else TopHalfPruner(startup_trials=startup)
     study = optuna.create_study(direction=direction, pruner=pruner)
     _add(study, epoch1, state)
@@ -24,9 +28,13 @@ def _study(direction: str, startup: int | None, epoch1: list[float],
 
 def _add(study: optuna.Study, epoch1: list[float], state: TrialState) -> None:
     for v in epoch1:
-        study.add_trial(create_trial(
-            state=state, intermediate_values={1: v},
-            value=v if state == TrialState.COMPLETE else None))
+        study.add_trial(
+            create_trial(
+                state=state,
+                intermediate_values={1: v},
+                value=v if state == TrialState.COMPLETE else None,
+            )
+        )
 
 
 def _stopped(study: optuna.Study, value: float, step: int = 1) -> bool:

@@ -40,21 +40,29 @@ def _tpe(space: spaces.Space, **kw: Any) -> DistinctTPESampler:
     return DistinctTPESampler(space=space, **options)
 
 
-def _add(study: optuna.Study, n: int, *, state: TrialState = TrialState.COMPLETE,
-         seed: int = 0) -> None:
+def _add(
+    study: optuna.Study, n: int, *, state: TrialState = TrialState.COMPLETE, seed: int = 0
+) -> None:
     rng = np.random.default_rng(seed)
     for _ in range(n):
-        study.add_trial(create_trial(
-            params={"x": int(rng.integers(10)), "y": float(rng.random())},
-            distributions={"x": X, "y": FloatDistribution(0.0, 1.0)}, state=state,
-            value=float(rng.normal()) if state == TrialState.COMPLETE else None))
+        study.add_trial(
+            create_trial(
+                params={"x": int(rng.integers(10)), "y": float(rng.random())},
+                distributions={"x": X, "y": FloatDistribution(0.0, 1.0)},
+                state=state,
+                value=float(rng.normal()) if state == TrialState.COMPLETE else None,
+            )
+        )
 
 
 def test_a_bad_space_or_a_window_below_50_is_refused_with_its_value() -> None:
     with pytest.raises(TypeError, match=r"^space: expected a spaces\.Space, got dict$"):
         DistinctTPESampler(space={"x": 1})  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"^window: must be >= 50 \(or 0 for every trial\), "
-                                         r"got 49$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^window: must be >= 50 \(or 0 for every trial\), "
+        r"got 49$",
+    ):
         DistinctTPESampler(space=XY, window=49)
     study = optuna.create_study()
     _add(study, 51)
@@ -69,8 +77,13 @@ def test_parameters_only_pruned_trials_hold_are_modelled_as_optunas_grouped_tpe_
     for i in range(4):
         study.add_trial(create_trial(params={"x": i}, distributions={"x": X}, value=float(i)))
     for i in range(4):
-        study.add_trial(create_trial(params={"x": i, "y": i / 4}, state=TrialState.PRUNED,
-                                     distributions={"x": X, "y": FloatDistribution(0.0, 1.0)}))
+        study.add_trial(
+            create_trial(
+                params={"x": i, "y": i / 4},
+                state=TrialState.PRUNED,
+                distributions={"x": X, "y": FloatDistribution(0.0, 1.0)},
+            )
+        )
     trial = study._storage.get_trial(study._storage.create_new_trial(study._study_id))
     theirs = optuna.samplers.TPESampler(multivariate=True, group=True)
     expected = theirs.infer_relative_search_space(study, trial)
@@ -85,8 +98,11 @@ def test_every_relative_proposal_is_counted_keyed_or_unkeyed_and_each_move_once(
     sampler = _tpe(space)
     study = optuna.create_study(sampler=sampler)
     for x in (0, 1):
-        study.add_trial(create_trial(params={"x": x}, distributions={"x": IntDistribution(0, 1)},
-                                     value=float(x)))
+        study.add_trial(
+            create_trial(
+                params={"x": x}, distributions={"x": IntDistribution(0, 1)}, value=float(x)
+            )
+        )
     for _ in range(3):
         trial = study.ask()
         space.suggest(trial)
@@ -212,8 +228,9 @@ def test_the_window_reads_running_trials_fresh_and_the_rest_from_the_asks_snapsh
     reads: list[Any] = []
 
     class Counting(InMemoryStorage):
-        def get_all_trials(self, study_id: int, deepcopy: bool = True,
-                           states: Any = None) -> list[optuna.trial.FrozenTrial]:
+        def get_all_trials(
+            self, study_id: int, deepcopy: bool = True, states: Any = None
+        ) -> list[optuna.trial.FrozenTrial]:
             reads.append(None if states is None else tuple(states))
             return super().get_all_trials(study_id, deepcopy=deepcopy, states=states)
 
@@ -248,18 +265,22 @@ def test_one_sampler_keeps_a_window_per_study() -> None:
 def test_dimensions_with_one_value_only_values_every_proposal_so_none_repeats() -> None:
     # Optuna leaves a one-value dimension out of TPE's relative search space; without it no
     # proposal was a whole candidate and TPE repeated 7 networks in 30 proposals here.
-    assert _only_values({
-        "x": X,
-        "lr": FloatDistribution(0.5, 0.5),
-        "k": IntDistribution(3, 3),
-        "opt": CategoricalDistribution(("adam",)),
-        "free": FloatDistribution(0.0, 1.0),
-    }) == {"lr": 0.5, "k": 3, "opt": "adam"}
-    space = spaces.Space({
-        "genome": spaces.CellFamily(ops=(A, B, "avg_pool_3x3")),
-        "opt": spaces.Categorical(("adam",)),
-        "k": spaces.Int(low=3, high=3),
-    })
+    assert _only_values(
+        {
+            "x": X,
+            "lr": FloatDistribution(0.5, 0.5),
+            "k": IntDistribution(3, 3),
+            "opt": CategoricalDistribution(("adam",)),
+            "free": FloatDistribution(0.0, 1.0),
+        }
+    ) == {"lr": 0.5, "k": 3, "opt": "adam"}
+    space = spaces.Space(
+        {
+            "genome": spaces.CellFamily(ops=(A, B, "avg_pool_3x3")),
+            "opt": spaces.Categorical(("adam",)),
+            "k": spaces.Int(low=3, high=3),
+        }
+    )
     sampler = _tpe(space, n_startup_trials=10)
     study = optuna.create_study(sampler=sampler, direction="maximize")
     keys = []

@@ -25,8 +25,7 @@ def _study(values: list[list[float] | None], directions: list[str]) -> optuna.St
     study = optuna.create_study(directions=directions)
     for v in values:
         state = TrialState.RUNNING if v is None else TrialState.COMPLETE
-        study.add_trial(create_trial(params={"x": 0.5}, distributions=DIST, state=state,
-                                     values=v))
+        study.add_trial(create_trial(params={"x": 0.5}, distributions=DIST, state=state, values=v))
     return study
 
 
@@ -122,18 +121,27 @@ def _grouped(include_pruned: bool | None) -> tuple[optuna.Study, list[list[str]]
     x, y = FloatDistribution(0.0, 1.0), FloatDistribution(0.0, 1.0)
     for i in range(3):
         study.add_trial(create_trial(params={"x": 0.5}, distributions={"x": x}, value=float(i)))
-        study.add_trial(create_trial(params={"x": 0.5, "y": 0.5}, distributions={"x": x, "y": y},
-                                     state=TrialState.PRUNED))
-    theirs = (_GroupDecomposedSearchSpace() if include_pruned is None
-              else _GroupDecomposedSearchSpace(include_pruned))
+        study.add_trial(
+            create_trial(
+                params={"x": 0.5, "y": 0.5}, distributions={"x": x, "y": y}, state=TrialState.PRUNED
+            )
+        )
+    theirs = (
+        _GroupDecomposedSearchSpace()
+        if include_pruned is None
+        else _GroupDecomposedSearchSpace(include_pruned)
+    )
     return study, [sorted(g) for g in theirs.calculate(study).search_spaces]
 
 
 @pytest.mark.parametrize("include_pruned", [None, False, True])
-def test_the_grouped_space_counts_pruned_trials_as_optunas_does(include_pruned: bool | None) -> None:
+def test_the_grouped_space_counts_pruned_trials_as_optunas_does(
+    include_pruned: bool | None,
+) -> None:
     study, expected = _grouped(include_pruned)
-    ours = IncrementalGroupSpace() if include_pruned is None else IncrementalGroupSpace(
-        include_pruned)
+    ours = (
+        IncrementalGroupSpace() if include_pruned is None else IncrementalGroupSpace(include_pruned)
+    )
     assert [sorted(g) for g in ours.calculate(study).search_spaces] == expected
     assert (["y"] in expected) is bool(include_pruned)
 
@@ -142,8 +150,9 @@ def test_the_grouped_space_is_one_studys_read_once_per_ask_and_returns_a_copy() 
     reads: list[Any] = []
 
     class Counting(InMemoryStorage):
-        def get_all_trials(self, study_id: int, deepcopy: bool = True,
-                           states: Any = None) -> list[FrozenTrial]:
+        def get_all_trials(
+            self, study_id: int, deepcopy: bool = True, states: Any = None
+        ) -> list[FrozenTrial]:
             reads.append(states)
             return super().get_all_trials(study_id, deepcopy=deepcopy, states=states)
 
@@ -158,6 +167,9 @@ def test_the_grouped_space_is_one_studys_read_once_per_ask_and_returns_a_copy() 
     assert len(reads) == 1  # the ask's snapshot, shared with Optuna's own reads
     first.search_spaces[0].clear()  # the caller's copy: the space's own groups stay whole
     assert [sorted(g) for g in ours.calculate(study).search_spaces] == [["x"]]
-    with pytest.raises(ValueError, match=r"^`_GroupDecomposedSearchSpace` cannot handle "
-                                         r"multiple studies\.$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^`_GroupDecomposedSearchSpace` cannot handle "
+        r"multiple studies\.$",
+    ):
         ours.calculate(other)
