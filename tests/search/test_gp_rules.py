@@ -19,14 +19,16 @@ from search.strategies._gp import WindowedGPSampler
 DIST = {"x": FloatDistribution(0.0, 1.0)}
 
 
-def _study(values: list[float], running: int, *, direction: str = "maximize",
-           storage: Any = None) -> optuna.Study:
+def _study(
+    values: list[float], running: int, *, direction: str = "maximize", storage: Any = None
+) -> optuna.Study:
     study = optuna.create_study(direction=direction, storage=storage)
     for v in values:
         study.add_trial(create_trial(params={"x": 0.5}, distributions=DIST, value=v))
     for _ in range(running):
-        study.add_trial(create_trial(params={"x": 0.5}, distributions=DIST,
-                                     state=TrialState.RUNNING))
+        study.add_trial(
+            create_trial(params={"x": 0.5}, distributions=DIST, state=TrialState.RUNNING)
+        )
     return study
 
 
@@ -35,8 +37,13 @@ def given(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
     """The trial numbers Optuna's GP (the parent class) is given, instead of fitting it."""
     got: dict[str, list[int]] = {}
 
-    def fit(self: GPSampler, study: optuna.Study, completed: list[FrozenTrial],
-            running: list[FrozenTrial], search_space: dict[str, Any]) -> dict[str, Any]:
+    def fit(
+        self: GPSampler,
+        study: optuna.Study,
+        completed: list[FrozenTrial],
+        running: list[FrozenTrial],
+        search_space: dict[str, Any],
+    ) -> dict[str, Any]:
         got["complete"] = [t.number for t in completed]
         got["running"] = [t.number for t in running]
         return {}
@@ -48,13 +55,19 @@ def given(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
 def _ask(sampler: WindowedGPSampler, study: optuna.Study) -> None:
     trials = study.get_trials(deepcopy=False)
     sampler._sample_relative_impl(
-        study, [t for t in trials if t.state == TrialState.COMPLETE],
-        [t for t in trials if t.state == TrialState.RUNNING], DIST)
+        study,
+        [t for t in trials if t.state == TrialState.COMPLETE],
+        [t for t in trials if t.state == TrialState.RUNNING],
+        DIST,
+    )
 
 
 def test_a_window_below_20_is_refused_with_its_value() -> None:
-    with pytest.raises(ValueError, match=r"^window: must be >= 20 \(or 0 for every trial\), "
-                                         r"got 19$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^window: must be >= 20 \(or 0 for every trial\), "
+        r"got 19$",
+    ):
         WindowedGPSampler(window=19)
 
 
