@@ -30,7 +30,9 @@ def test_to_unit_maps_the_range_onto_zero_to_one(dist, value, unit) -> None:
 @pytest.mark.parametrize(
     "dist",
     [FloatDistribution(2.0, 6.0), FloatDistribution(1.0, 100.0, log=True), IntDistribution(0, 8),
-     IntDistribution(1, 64, log=True), FloatDistribution(0.0, 1.0, step=0.25)],
+     IntDistribution(1, 64, log=True), FloatDistribution(0.0, 1.0, step=0.25),
+     FloatDistribution(2.0, 32.0, log=True), IntDistribution(3, 23, step=5),
+     FloatDistribution(1.0, 2.0, step=0.25)],
 )
 def test_from_unit_inverts_to_unit_on_the_grid(dist) -> None:
     for u in (0.0, 0.25, 0.5, 0.75, 1.0):
@@ -216,3 +218,66 @@ def test_a_proposal_sampler_refuses_a_non_space_and_seeds_its_fallback() -> None
     assert len(run(None)) == 3  # no seed: one is drawn, and proposals still work
     seeds = {_Nothing(space=space, seed=None)._seed for _ in range(50)}  # noqa: SLF001
     assert len(seeds) == 50 and all(0 <= s < 2**63 for s in seeds)
+
+
+def test_the_latest_complete_follow_finish_time_not_number_and_skip_infinite_values() -> None:
+    import datetime
+
+    def at(study: optuna.Study, x: float, minute: int, value: float | None = None) -> None:
+        t = create_trial(params={"x": x}, distributions={"x": _X},
+                         value=x if value is None else value)
+        t.datetime_start = t.datetime_complete = datetime.datetime(2026, 1, 1, 0, minute)
+        study.add_trial(t)
+
+    study = _study()
+    at(study, 1.0, 1)
+    at(study, 2.0, 5)
+    at(study, 3.0, 9)
+    at(study, 4.0, 0, value=float("inf"))  # never a result: not counted, and not the end
+    at(study, 5.0, 3)  # finished before trial 2 and 3, numbered after them
+    at(study, 6.0, 7)
+    latest, so_far = LatestComplete(3), CompleteSoFar()
+    assert [t.params["x"] for t in latest(study)] == [2.0, 6.0, 3.0]
+    by_finish, by_number, _ = so_far(study)
+    assert [t.params["x"] for t in by_finish] == [1.0, 5.0, 2.0, 6.0, 3.0]
+    assert [t.params["x"] for t in by_number] == [1.0, 2.0, 3.0, 5.0, 6.0]
+    assert [t.params["x"] for t in complete_in_order(study)] == [1.0, 5.0, 2.0, 6.0, 3.0]
+
+
+def test_latest_and_so_far_keep_one_list_per_study() -> None:
+    latest, so_far = LatestComplete(5), CompleteSoFar()
+    a, b = _study(), _study()
+    _add(a, 1.0, 1.0)
+    assert [t.params["x"] for t in latest(a)] == [1.0] and len(so_far(a)[0]) == 1
+    _add(b, 9.0, 9.0)  # the most recent trial of the storage, but of another study
+    assert [t.params["x"] for t in latest(b)] == [9.0]
+    assert [t.params["x"] for t in so_far(b)[0]] == [9.0]
+    a.ask()
+    assert [t.params["x"] for t in latest(a)] == [1.0]
+    assert [t.params["x"] for t in so_far(a)[0]] == [1.0]
+
+
+def test_only_a_genome_family_is_the_genome_and_a_key_holds_every_scalar() -> None:
+    import spaces
+    from search.strategies._base import candidate_key, family_of, with_genome
+
+    assert family_of(spaces.Space({"genome": spaces.Float(low=0.0, high=1.0)})) is None
+    space = spaces.Space({"genome": spaces.CellFamily(), "lr": spaces.Float(low=0.1, high=1.0)})
+    rng = np.random.default_rng(0)
+    params = with_genome(space, {"genome.bogus": 1, "lr": 0.5}, rng)  # no valid genome: fresh
+    assert "genome.bogus" not in params and params["lr"] == 0.5
+    other = {**params, "lr": 0.25}
+    assert candidate_key(space, params) != candidate_key(space, other)  # lr after the genome
+
+
+def test_a_proposal_sampler_reseeds_and_tells_a_trial_that_asked_nothing() -> None:
+    import spaces
+
+    space = spaces.Space({"x": spaces.Float(low=0.0, high=1.0)})
+    sampler = _Nothing(space=space, seed=3)
+    sampler.reseed_rng()
+    assert isinstance(sampler._seed, int) and 0 <= sampler._seed < 2**63  # noqa: SLF001
+    assert sampler._seed != 3  # noqa: SLF001
+    study = optuna.create_study(sampler=sampler)
+    study.optimize(lambda t: 1.0, n_trials=2)  # no suggestion: nothing was proposed
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
