@@ -156,6 +156,13 @@ OWN_TESTS: dict[str, list[str]] = {
         "tests/search/test_strategies.py",
         "tests/search/test_sampler_contract.py",
     ],
+    "search/strategies/_base.py": [
+        "tests/search/test_base_rules.py",
+        "tests/search/test_evolution_rules.py",
+        "tests/search/test_strategies.py",
+        "tests/search/test_conditional_spaces.py",
+        "tests/search/test_proposal_window.py",
+    ],
 }
 # tests marked mpi launch mpiexec: the mutant does not exist in those processes
 MARKERS = "not slow and not benchmark and not mpi"
