@@ -497,32 +497,60 @@ def test_the_importance_weight_reads_only_what_it_can() -> None:
     assert weight(policy, taken, _fake(t, {"c": now_c - 1.0})) == pytest.approx(math.e)
 
 
-def test_importance_weights_reach_the_update() -> None:
-    # Two asked before either is told: the second's draw came from an older policy. With the
-    # weight clipped at its extremes, the step differs from the unweighted run by that factor.
-    results = {}
+def test_importance_weights_reach_the_update_only_when_asked_for() -> None:
+    # The third trial's draw is recorded as one the proposing policy found most unlikely
+    # (weight clipped at 3): weighted, its step is 3 times the plain one; a sampler without
+    # importance weights ignores the record (a study resumed with them turned off).
+    steps = {}
     for weights in (False, True):
         study, sampler = _study(importance_weights=weights)
         _tell(study, {"c": "a", "x": 1.0}, 0.0)
         _tell(study, {"c": "b", "x": 1.0}, 1.0)
         trial = study.ask()
         SPACE.suggest(trial)
-        if weights:  # the proposing policy gave "c" a tiny probability: weight 3
-            study._storage.set_trial_system_attr(  # noqa: SLF001
-                trial._trial_id, LOGP_ATTR, {"c": -1e6})  # noqa: SLF001
+        study._storage.set_trial_system_attr(  # noqa: SLF001
+            trial._trial_id, LOGP_ATTR, {"c": -1e6})  # noqa: SLF001
         study.tell(trial, 5.0)
-        results[weights] = sampler.policy(study)
-    taken_c = study.trials[-1].params["c"]
-    arm = ["a", "b", "c"].index(taken_c)
-    before = Policy(8)
-    before.update({"c": (CAT, "a")}, 0.0, **{**SETTINGS, "learning_rate": 0.3,
-                                               "baseline_decay": 0.7})
-    before.update({"c": (CAT, "b")}, 1.0, **{**SETTINGS, "learning_rate": 0.3,
-                                               "baseline_decay": 0.7})
-    step_plain = results[False].logits["c"] - before.logits["c"]
-    step_weighted = results[True].logits["c"] - before.logits["c"]
-    assert step_plain[arm] > 0
-    np.testing.assert_allclose(step_weighted, 3.0 * step_plain)
+        before = Policy(8)
+        for choice, value in (("a", 0.0), ("b", 1.0)):
+            before.update({"c": (CAT, choice)}, value, learning_rate=0.3, entropy_weight=0.0,
+                          baseline_decay=0.7)
+        plain = Policy(8)
+        plain.logits, plain.dists = dict(before.logits), dict(before.dists)
+        plain.baseline, plain.variance, plain.updates = (before.baseline, before.variance,
+                                                         before.updates)
+        plain.update({"c": (CAT, study.trials[-1].params["c"])}, 5.0, learning_rate=0.3,
+                     entropy_weight=0.0, baseline_decay=0.7)
+        steps[weights] = (sampler.policy(study).logits["c"] - before.logits["c"],
+                          plain.logits["c"] - before.logits["c"])
+    np.testing.assert_allclose(steps[False][0], steps[False][1])
+    np.testing.assert_allclose(steps[True][0], 3.0 * steps[True][1])
+    assert np.abs(steps[True][1]).max() > 0.05
+
+
+def test_a_proposal_gives_up_after_50_policy_draws(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every draw repeats the one seen candidate: the ask stops after 50 draws of the
+    # policy and takes the repeat (so an exhausted space costs a bounded ask).
+    space = spaces.Space({"c": spaces.Categorical(("a", "b"))})
+    sampler = ReinforceSampler(space=space, seed=0)
+    study = optuna.create_study(sampler=sampler, direction="maximize")
+    study.enqueue_trial({"c": "a"})
+    trial = study.ask()
+    study.tell(trial, float(space.suggest(trial)["c"] == "a"))
+    policy = sampler.policy(study)
+    policy.probabilities("c", CategoricalDistribution(("a", "b")))
+    policy.logits["c"] = np.array([0.0, -1000.0])  # "b" is never drawn
+    calls = []
+    choose = Policy.choose
+
+    def counted(self: Policy, *args: Any) -> Any:
+        calls.append(1)
+        return choose(self, *args)
+
+    monkeypatch.setattr(Policy, "choose", counted)
+    trial = study.ask()
+    assert space.suggest(trial)["c"] == "a"
+    assert len(calls) == 50
 
 
 def test_concurrent_proposals_are_distinct_candidates() -> None:
