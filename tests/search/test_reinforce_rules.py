@@ -226,17 +226,16 @@ def test_the_advantage_is_scaled_by_the_moving_deviation_and_clipped_at_3() -> N
     decay = 0.75
     settings = {"learning_rate": 1.0, "entropy_weight": 0.0, "baseline_decay": decay}
     policy.update({}, 0.0, **settings)
-    policy.update({}, 1.0, **settings)  # diff 1: variance 1, baseline 0.25
-    assert policy.baseline == pytest.approx(0.25)
-    policy.update({"c": (CAT, "a")}, 1.25, **settings)  # diff 1: variance 1, scaled 1
-    assert policy.variance == pytest.approx(1.0)
-    np.testing.assert_allclose(policy.logits["c"], [2 / 3, -1 / 3, -1 / 3])
-    baseline = policy.baseline
-    assert baseline == pytest.approx(0.75 * 0.25 + 0.25 * 1.25)
-    policy.update({"d": (CAT, "a")}, baseline + 2.0, **settings)
-    # variance 0.75 * 1 + 0.25 * 4 = 1.75: scaled 2 / sqrt(1.75)
-    assert policy.variance == pytest.approx(1.75)
-    np.testing.assert_allclose(policy.logits["d"], 2 / math.sqrt(1.75) * np.array(
+    policy.update({}, 2.0, **settings)  # diff 2: variance 4, baseline 0.5
+    assert (policy.variance, policy.baseline) == (4.0, pytest.approx(0.5))
+    policy.update({"c": (CAT, "a")}, 1.5, **settings)  # diff 1: variance 0.75 * 4 + 0.25
+    assert policy.variance == pytest.approx(3.25)
+    np.testing.assert_allclose(policy.logits["c"], 1 / math.sqrt(3.25) * np.array(
+        [2 / 3, -1 / 3, -1 / 3]))
+    assert policy.baseline == pytest.approx(0.75 * 0.5 + 0.25 * 1.5)
+    policy.update({"d": (CAT, "a")}, policy.baseline + 2.0, **settings)
+    assert policy.variance == pytest.approx(0.75 * 3.25 + 0.25 * 4)
+    np.testing.assert_allclose(policy.logits["d"], 2 / math.sqrt(3.4375) * np.array(
         [2 / 3, -1 / 3, -1 / 3]))
     # with a slow decay a far result's scaled advantage would pass 3: it is clipped there
     slow = {"learning_rate": 1.0, "entropy_weight": 0.0, "baseline_decay": 0.99}
@@ -354,6 +353,8 @@ def test_the_defaults_are_the_documented_ones() -> None:
     np.testing.assert_allclose(policy.logits["c"], expected.logits["c"])
     np.testing.assert_allclose(policy.logits["x"], expected.logits["x"])
     assert len(policy.logits["x"]) == 8
+    proposed = study.ask()  # a proposal records no log-probabilities by default
+    SPACE.suggest(proposed)
     assert not any(LOGP_ATTR in t.system_attrs for t in study.trials)
 
 

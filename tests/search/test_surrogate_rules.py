@@ -329,13 +329,15 @@ def test_thompson_draws_each_candidate_from_its_marginal() -> None:
 
 
 def test_blas_runs_on_one_thread_inside_and_as_before_after() -> None:
+    import torch  # noqa: F401  (its OpenMP pool: training's threads, which are not limited)
     from threadpoolctl import threadpool_info
 
-    def blas_threads() -> list[int]:
-        return [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+    def threads(api: str) -> list[int]:
+        return [p["num_threads"] for p in threadpool_info() if p["user_api"] == api]
 
-    before = blas_threads()
-    assert before  # numpy's BLAS is loaded
+    blas, openmp = threads("blas"), threads("openmp")
+    assert blas and openmp  # numpy's BLAS and torch's OpenMP are loaded
     with one_blas_thread():
-        assert blas_threads() == [1] * len(before)
-    assert blas_threads() == before
+        assert threads("blas") == [1] * len(blas)
+        assert threads("openmp") == openmp
+    assert threads("blas") == blas

@@ -1,0 +1,400 @@
+"""The predictor strategy's exact rules (search.strategies._predictor), in process and small: its
+options, the units of the embedding and their weights, the start-up draws, the direction, what
+the model is fitted on (own results, a warm-start prior with its noise and relevance), which
+candidates the acquisition weighs, and the best a proposal is measured against."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import optuna
+import pytest
+
+import spaces
+from search.strategies import PredictorSampler, candidate_key
+from search.strategies._base import draw, uniform_choice
+from search.strategies._predictor import _unit_of, unit_weights
+from search.strategies._surrogate import GaussianProcess, normal_scores, probit
+
+FLAT = spaces.Space({
+    "x": spaces.Int(low=0, high=60),
+    "act": spaces.Categorical(("relu", "tanh", "gelu")),
+})
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _score(p: dict[str, Any]) -> float:
+    return -abs(p["x"] - 37) - 5.0 * (p["act"] != "tanh")
+
+
+def _run(study: optuna.Study, n: int, space: spaces.Space = FLAT, score: Any = _score,
+         sign: float = 1.0) -> list[dict[str, Any]]:
+    out = []
+    for _ in range(n):
+        trial = study.ask()
+        params = space.suggest(trial)
+        study.tell(trial, sign * score(params))
+        out.append(dict(trial.params))
+    return out
+
+
+def _study(direction: str = "maximize", space: spaces.Space = FLAT,
+           **options: Any) -> optuna.Study:
+    sampler = PredictorSampler(space=space, **{"startup_trials": 4, "seed": 0, **options})
+    return optuna.create_study(sampler=sampler, direction=direction)
+
+
+# -- options ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"window": 19}, r"^window: must be >= 20 \(or 0 for every trial\), got 19$"),
+        ({"startup_trials": 0}, r"^startup_trials: must be >= 1, got 0$"),
+        ({"candidates": 0}, r"^candidates: must be >= 1, got 0$"),
+        ({"parents": 0}, r"^parents: must be >= 1, got 0$"),
+        ({"acquisition": "pi"},
+         r"^acquisition: expected one of \['ei', 'thompson', 'ucb'\], got 'pi'$"),
+        ({"beta": -0.5}, r"^beta: must be >= 0, got -0.5$"),
+        ({"embedding": "paths"}, r"^embedding: unknown encoding 'paths'"),
+    ],
+)
+def test_bad_options_are_one_line_errors(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        PredictorSampler(space=FLAT, **options)
+
+
+def test_the_edges_of_the_options_are_accepted() -> None:
+    study = _study(window=20, startup_trials=1, candidates=1, parents=1, beta=0.0,
+                   acquisition="ucb")
+    asked = _run(study, 3)
+    assert len({candidate_key(FLAT, p) for p in asked}) == 3
+    PredictorSampler(space=FLAT, window=None)
+
+
+# -- units and their weights -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("feature", "genome", "unit"),
+    [
+        ("lr:absent", "genome", "lr"),
+        ("act=relu", "genome", "act"),
+        ("genome.path=a>b", "genome", "genome"),
+        ("arch.wl:3=x", "arch", "arch"),
+        ("genomex", "genome", "genomex"),
+        ("genome.path=a", None, "genome.path"),
+        ("k", None, "k"),
+    ],
+)
+def test_each_feature_belongs_to_its_dimension(feature: str, genome: str | None,
+                                               unit: str) -> None:
+    assert _unit_of(feature, genome) == unit
+
+
+def test_unit_weights_give_every_dimension_the_same_spread() -> None:
+    space = spaces.Space({
+        "genome": spaces.CellFamily(),
+        "lr": spaces.Float(low=1e-4, high=1.0, log=True),
+        "act": spaces.Categorical(("relu", "tanh", "gelu")),
+        "one": spaces.Categorical(("only",)),
+        "k": spaces.Int(low=1, high=9),
+    })
+    embed = spaces.SpaceEmbedding(space, kind="path+wl")
+    weights = unit_weights(space, embed)
+    units = [_unit_of(n, embed.genome_name) for n in embed.names]
+    rng = np.random.default_rng(123)  # draws the weights were not estimated from
+    x = embed.many([draw(space, uniform_choice, rng).params for _ in range(600)]) * weights
+    sq = (x[::2] - x[1::2]) ** 2
+    spread = {u: float(sq[:, [i for i, v in enumerate(units) if v == u]].sum(axis=1).mean())
+              for u in dict.fromkeys(units)}
+    assert spread.pop("one") == 0.0  # a constant: nothing to spread, its weight stays 1
+    assert weights[list(embed.names).index("one=only")] == 1.0
+    assert all(0.6 < s < 1.5 for s in spread.values()), spread
+    raw = embed.many([draw(space, uniform_choice, rng).params for _ in range(600)])
+    raw_sq = (raw[::2] - raw[1::2]) ** 2
+    genome_cols = [i for i, v in enumerate(units) if v == "genome"]
+    assert raw_sq[:, genome_cols].sum(axis=1).mean() > 10  # unweighted, the genome drowns lr
+    # the same in every process, whatever the sampler's seed
+    np.testing.assert_array_equal(PredictorSampler(space=space, seed=1)._weights,  # noqa: SLF001
+                                  weights)
+
+
+# -- start-up, direction, best ---------------------------------------------------------------
+
+
+def test_uniform_draws_until_startup_trials_are_complete() -> None:
+    early = _run(_study(startup_trials=4), 5)
+    late = _run(_study(startup_trials=50), 5)
+    assert early[:4] == late[:4]  # the same seed: the same uniform draws
+    assert early[4] != late[4]  # the fifth comes from the model
+
+
+def test_a_failed_trial_does_not_count_toward_startup() -> None:
+    study = _study(startup_trials=3)
+    _run(study, 2)
+    trial = study.ask()
+    FLAT.suggest(trial)
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    plain = _study(startup_trials=50)
+    _run(plain, 2)
+    trial = plain.ask()
+    FLAT.suggest(trial)
+    plain.tell(trial, state=optuna.trial.TrialState.FAIL)
+    assert _run(study, 1) == _run(plain, 1)  # still two complete: a uniform draw
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_it_climbs_in_either_direction(direction: str) -> None:
+    sign = 1.0 if direction == "maximize" else -1.0
+    study = _study(direction, startup_trials=4)
+    asked = _run(study, 14, sign=sign)
+    late = [_score(p) for p in asked[8:]]
+    assert max(late) >= -3.0, asked
+    assert np.mean(late) > np.mean([_score(p) for p in asked[:4]]) + 5.0
+
+
+def _spy_fit(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    calls: list[dict[str, Any]] = []
+    fit = GaussianProcess.fit
+
+    def spy(x: np.ndarray, y: np.ndarray, extra_noise: Any = None, groups: Any = None
+            ) -> GaussianProcess:
+        calls.append({"x": np.array(x), "y": np.array(y), "extra": extra_noise,
+                      "groups": groups})
+        return fit(x, y, extra_noise, groups)
+
+    monkeypatch.setattr(GaussianProcess, "fit", staticmethod(spy))
+    return calls
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_the_model_is_fitted_on_normal_scores_of_own_results(
+    monkeypatch: pytest.MonkeyPatch, direction: str
+) -> None:
+    sign = 1.0 if direction == "maximize" else -1.0
+    study = _study(direction)
+    _run(study, 6, sign=sign)
+    calls = _spy_fit(monkeypatch)
+    _run(study, 1, sign=sign)
+    (call,) = calls
+    scores = [_score(t.params) for t in study.trials[:6]]
+    np.testing.assert_allclose(call["y"], normal_scores(np.array(scores)))  # higher: better
+    np.testing.assert_array_equal(call["extra"], np.zeros(6))
+    sampler = study.sampler
+    expected = sampler._embed.many([t.params for t in study.trials[:6]])  # noqa: SLF001
+    np.testing.assert_allclose(call["x"], expected * sampler._weights)  # noqa: SLF001
+    units = [_unit_of(n, None) for n in sampler._embed.names]  # noqa: SLF001
+    assert [list(g) for g in call["groups"]] == [
+        [i for i, u in enumerate(units) if u == "x"],
+        [i for i, u in enumerate(units) if u == "act"]]
+
+
+# -- warm start ------------------------------------------------------------------------------
+
+
+def _prior(n: int, seed: int = 5) -> list[tuple[dict[str, Any], float]]:
+    rng = np.random.default_rng(seed)
+    points = []
+    for _ in range(n):
+        p = draw(FLAT, uniform_choice, rng).params
+        points.append((p, float(rng.random())))
+    return points
+
+
+def test_prior_scores_at_0_and_1_are_accepted_and_an_empty_prior_removes_it() -> None:
+    study = _study()
+    sampler = study.sampler
+    assert isinstance(sampler, PredictorSampler)
+    sampler.set_prior([(_prior(1)[0][0], 0.0), (_prior(2)[1][0], 1.0)])
+    with_prior = _run(study, 1)
+    sampler.set_prior([])
+    assert sampler._prior is None and sampler._prior_model is None  # noqa: SLF001
+    plain = _study()
+    assert _run(study, 3) == _run(plain, 4)[1:]  # as if there never was a prior
+    assert with_prior != _run(_study(), 1)
+
+
+def test_a_large_prior_keeps_its_best_half_and_spreads_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    points = _prior(450)
+    sampler = PredictorSampler(space=FLAT, seed=0)
+    calls = _spy_fit(monkeypatch)
+    sampler.set_prior(points)
+    kept = sampler._prior  # noqa: SLF001
+    assert kept is not None and len(kept[0]) == 300
+    ranked = sorted(points, key=lambda p: -p[1])
+    scores = np.sort(np.array([s for _, s in ranked]))[::-1]
+    rest = scores[150:]
+    spread = rest[np.linspace(0, len(rest) - 1, 150).round().astype(int)]
+    np.testing.assert_allclose(kept[2], probit(np.concatenate([scores[:150], spread])))
+    assert kept[2][-1] == pytest.approx(probit(np.array([scores[-1]]))[0])  # the worst kept
+    assert [p for _, p in kept[0][:3]] == [p for p, _ in ranked[:3]]
+    assert kept[0][0][0] == candidate_key(FLAT, ranked[0][0])
+    np.testing.assert_allclose(
+        kept[1], sampler._embed.many([p for _, p in kept[0]]) * sampler._weights)  # noqa: SLF001
+    (call,) = calls  # the source's own model, over the same points and groups
+    np.testing.assert_allclose(call["x"], kept[1])
+    np.testing.assert_allclose(call["y"], kept[2])
+    assert call["groups"] is not None and len(call["groups"]) == 2
+    # exactly 300: nothing dropped
+    sampler.set_prior(points[:300])
+    assert len(sampler._prior[0]) == 300  # noqa: SLF001
+
+
+def test_what_a_prior_point_lacks_is_drawn_from_the_seed() -> None:
+    space = spaces.Space({"x": spaces.Int(low=0, high=60), "lr": spaces.Float(low=1e-3,
+                                                                                high=1.0)})
+    prior = [({"x": i}, i / 10) for i in range(10)]
+    a = PredictorSampler(space=space, seed=3)
+    b = PredictorSampler(space=space, seed=3)
+    c = PredictorSampler(space=space, seed=4)
+    for s in (a, b, c):
+        s.set_prior(prior)
+    lrs = [[p["lr"] for _, p in s._prior[0]] for s in (a, b, c)]  # noqa: SLF001
+    assert lrs[0] == lrs[1] != lrs[2]
+    assert len(set(lrs[0])) == 10  # one draw per point, not one for all
+    assert all(1e-3 <= v <= 1.0 for v in lrs[0])
+
+
+def test_source_points_join_with_noise_that_grows_with_own_results(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    study = _study()
+    sampler = study.sampler
+    assert isinstance(sampler, PredictorSampler)
+    sampler.set_prior(_prior(30))
+    calls = _spy_fit(monkeypatch)
+    _run(study, 4)  # fewer than 5 results: the source's weight is 1
+    assert [len(c["y"]) for c in calls] == [30, 31, 32, 33]
+    first = calls[0]
+    np.testing.assert_allclose(first["extra"], np.full(30, 0.1))
+    np.testing.assert_allclose(first["y"], sampler._prior[2])  # noqa: SLF001
+    last = calls[3]
+    np.testing.assert_array_equal(last["extra"][:3], 0.0)
+    np.testing.assert_allclose(last["extra"][3:], 0.1 * (1 + 3 / 20))
+    own = [_score(t.params) for t in study.trials[:3]]
+    np.testing.assert_allclose(last["y"][:3], normal_scores(np.array(own)))
+
+
+def test_the_source_weighs_by_how_well_it_ranks_own_results(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a source that agrees with the study: after 5 results its weight is its rank correlation
+    rng = np.random.default_rng(2)
+    source = [(p, float(np.clip((_score(p) + 70) / 70, 0, 1)))
+              for p in (draw(FLAT, uniform_choice, rng).params for _ in range(40))]
+    study = _study(startup_trials=50)
+    sampler = study.sampler
+    assert isinstance(sampler, PredictorSampler)
+    sampler.set_prior(source)
+    _run(study, 6)
+    calls = _spy_fit(monkeypatch)
+    _run(study, 1)
+    (call,) = calls
+    done = study.trials[:6]
+    x = sampler._embed.many([t.params for t in done]) * sampler._weights  # noqa: SLF001
+    y = normal_scores(np.array([_score(t.params) for t in done]))
+    model = sampler._prior_model  # noqa: SLF001
+    assert model is not None
+    rho = float(np.corrcoef(normal_scores(model.predict(x)[0]), y)[0, 1])
+    assert 0.2 < rho <= 1.0
+    assert sampler._relevance(x, y) == pytest.approx(rho)  # noqa: SLF001
+    np.testing.assert_allclose(call["extra"][6:], 0.1 * (1 + 6 / 20) / rho)
+    # too few results to tell: weight 1; a source that ranks them backwards: dropped
+    assert sampler._relevance(x[:4], y[:4]) == 1.0  # noqa: SLF001
+    assert sampler._relevance(x[:5], y[:5]) != 1.0  # noqa: SLF001
+    assert sampler._relevance(x, -y) == 0.0  # noqa: SLF001
+    assert sampler._relevance(x, np.zeros(6)) == 0.0  # noqa: SLF001  (no correlation: nan)
+
+
+def test_a_dropped_source_leaves_only_own_results(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(2)
+    backwards = [(p, float(np.clip(1 - (_score(p) + 70) / 70, 0, 1)))
+                 for p in (draw(FLAT, uniform_choice, rng).params for _ in range(40))]
+    study = _study(startup_trials=50)
+    sampler = study.sampler
+    assert isinstance(sampler, PredictorSampler)
+    sampler.set_prior(backwards)
+    _run(study, 8)
+    calls = _spy_fit(monkeypatch)
+    _run(study, 1)
+    assert len(calls[0]["y"]) == 8
+
+
+def test_with_only_a_prior_the_best_is_the_best_source_point(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    study = _study()
+    sampler = study.sampler
+    assert isinstance(sampler, PredictorSampler)
+    sampler.set_prior(_prior(30))
+    bests: list[float] = []
+    ei = sampler._acquisition  # noqa: SLF001
+
+    def spy(mean: np.ndarray, std: np.ndarray, best: float, *rest: Any) -> np.ndarray:
+        bests.append(best)
+        return ei(mean, std, best, *rest)
+
+    monkeypatch.setattr(sampler, "_acquisition", spy)
+    fits = _spy_fit(monkeypatch)
+    _run(study, 2)
+    gp0 = GaussianProcess.fit(fits[0]["x"], fits[0]["y"], fits[0]["extra"], fits[0]["groups"])
+    assert bests[0] == pytest.approx(float(gp0.predict(fits[0]["x"])[0].max()))
+    # with a result of its own, the best is the model's best own point, not a source's
+    gp1 = GaussianProcess.fit(fits[1]["x"], fits[1]["y"], fits[1]["extra"], fits[1]["groups"])
+    assert bests[1] == pytest.approx(float(gp1.predict(fits[1]["x"][:1])[0][0]))
+
+
+# -- candidates ------------------------------------------------------------------------------
+
+
+def test_candidates_are_children_of_the_best_and_a_tenth_uniform_draws(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    space = spaces.Space({"genome": spaces.CellFamily()})
+    study = _study(space=space, startup_trials=6, candidates=40, parents=3)
+    _run(study, 6, space, lambda p: float(p["genome"].edges.count("nor_conv_3x3")))
+    sampler = study.sampler
+    assert isinstance(sampler, PredictorSampler)
+    rows: list[int] = []
+    predict = GaussianProcess.predict
+
+    def spy(self: GaussianProcess, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rows.append(len(x))
+        return predict(self, x)
+
+    children: list[Any] = []
+    make = sampler._children  # noqa: SLF001
+
+    def spy_children(parent: dict[str, Any], key: Any) -> Any:
+        children.append(key)
+        return make(parent, key)
+
+    monkeypatch.setattr(GaussianProcess, "predict", spy)
+    monkeypatch.setattr(sampler, "_children", spy_children)
+    trial = study.ask()
+    space.suggest(trial)
+    # 3 parents, each round(40 * 0.9 / 3) = 12 children (fewer when two coincide), and
+    # round(40 * 0.1) = 4 uniform draws; the model's own points are predicted first
+    assert len(children) == 3 and len(set(children)) == 3
+    done = study.trials[:6]
+    keys = [candidate_key(space, t.params) for t in done]
+    means = GaussianProcess.fit(  # the parents are the three the model rates best
+        sampler._embed.many([t.params for t in done]) * sampler._weights,  # noqa: SLF001
+        normal_scores(np.array([t.value for t in done])))
+    assert set(children) <= set(keys)
+    assert rows[0] == 6 and 30 <= rows[-1] <= 40
+    assert means is not None
+    pools = [sampler._pools[k] for k in children]  # noqa: SLF001
+    assert all(9 <= len(p) <= 12 for p in pools)
+    proposal = candidate_key(space, trial.params)
+    assert proposal not in keys
