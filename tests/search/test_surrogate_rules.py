@@ -155,14 +155,20 @@ def test_extra_noise_is_added_per_point() -> None:
     assert abs(m[-1] - y[-1]) > abs(m[0] - y[0])
 
 
-def test_repeated_points_only_use_a_unit_length() -> None:
+def test_repeated_points_take_a_unit_median_and_the_first_scale() -> None:
+    # No positive distance: the median is taken as 1; every length scale explains identical
+    # points alike (a tie), and the first of the grid is kept.
     x = np.zeros((4, 2))
     y = np.array([0.0, 1.0, 2.0, 3.0])
     gp = GaussianProcess.fit(x, y)
-    assert gp.scale in {s * 1.0 for s in SCALES}
-    m, s = gp.predict(np.array([[0.0, 0.0], [10.0, 10.0]]))
-    assert m[0] == pytest.approx(1.5, abs=1e-6) and m[1] == pytest.approx(1.5, abs=1e-3)
-    assert s[1] == pytest.approx(1.0, abs=1e-3)  # far away: the prior's unit deviation
+    assert gp.scale == 0.25
+    cov = gp.chol @ gp.chol.T
+    at = np.array([[0.0, 0.0], [0.1, 0.0], [0.3, 0.2], [10.0, 10.0]])
+    m, s = gp.predict(at)
+    em, es = posterior(x, y, cov, 0.25, 1.5, at)
+    np.testing.assert_allclose(m, em, atol=1e-9)
+    np.testing.assert_allclose(s, es, rtol=1e-6)
+    assert m[0] == pytest.approx(1.5, abs=1e-6) and s[3] == pytest.approx(1.0, abs=1e-3)
 
 
 def test_one_point_and_far_points() -> None:
