@@ -288,6 +288,12 @@ def test_with_points_conditions_on_the_fantasies_with_their_noise() -> None:
     default = gp.with_points(xp, yp)
     np.testing.assert_allclose(np.diag(default.chol @ default.chol.T)[12:], 1 + 0.02 + 1e-8)
     assert gp.with_points(np.zeros((0, 3)), np.zeros(0)) is gp
+    # one point is conditioned on too, and points added in two goes make the same model
+    one = gp.with_points(xp[:1], yp[:1], noise=0.05)
+    assert len(one.x) == 13
+    twice = one.with_points(xp[1:], yp[1:], noise=0.05)
+    np.testing.assert_allclose(twice.predict(at)[0], got[0], rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(twice.predict(at)[1], got[1], rtol=1e-6)
 
 
 def test_a_believed_point_at_its_mean_keeps_the_mean_and_shrinks_the_deviation() -> None:
