@@ -143,7 +143,6 @@ OWN_TESTS: dict[str, list[str]] = {
         "tests/search/test_predictor.py",
         "tests/search/test_conditional_spaces.py",
         "tests/search/test_sampler_contract.py",
-        "tests/search/test_warm_start.py::test_predictor_learns_from_every_source_trial",
     ],
 }
 # tests marked mpi launch mpiexec: the mutant does not exist in those processes
