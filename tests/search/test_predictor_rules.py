@@ -5,7 +5,6 @@ candidates the acquisition weighs, and the best a proposal is measured against."
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -18,10 +17,12 @@ from search.strategies._base import draw, uniform_choice
 from search.strategies._predictor import _unit_of, unit_weights
 from search.strategies._surrogate import GaussianProcess, normal_scores, probit
 
-FLAT = spaces.Space({
-    "x": spaces.Int(low=0, high=60),
-    "act": spaces.Categorical(("relu", "tanh", "gelu")),
-})
+FLAT = spaces.Space(
+    {
+        "x": spaces.Int(low=0, high=60),
+        "act": spaces.Categorical(("relu", "tanh", "gelu")),
+    }
+)
 
 
 @pytest.fixture(autouse=True)
@@ -33,8 +34,9 @@ def _score(p: dict[str, Any]) -> float:
     return -abs(p["x"] - 37) - 5.0 * (p["act"] != "tanh")
 
 
-def _run(study: optuna.Study, n: int, space: spaces.Space = FLAT, score: Any = _score,
-         sign: float = 1.0) -> list[dict[str, Any]]:
+def _run(
+    study: optuna.Study, n: int, space: spaces.Space = FLAT, score: Any = _score, sign: float = 1.0
+) -> list[dict[str, Any]]:
     out = []
     for _ in range(n):
         trial = study.ask()
@@ -44,8 +46,7 @@ def _run(study: optuna.Study, n: int, space: spaces.Space = FLAT, score: Any = _
     return out
 
 
-def _study(direction: str = "maximize", space: spaces.Space = FLAT,
-           **options: Any) -> optuna.Study:
+def _study(direction: str = "maximize", space: spaces.Space = FLAT, **options: Any) -> optuna.Study:
     sampler = PredictorSampler(space=space, **{"startup_trials": 4, "seed": 0, **options})
     return optuna.create_study(sampler=sampler, direction=direction)
 
@@ -60,8 +61,10 @@ def _study(direction: str = "maximize", space: spaces.Space = FLAT,
         ({"startup_trials": 0}, r"^startup_trials: must be >= 1, got 0$"),
         ({"candidates": 0}, r"^candidates: must be >= 1, got 0$"),
         ({"parents": 0}, r"^parents: must be >= 1, got 0$"),
-        ({"acquisition": "pi"},
-         r"^acquisition: expected one of \['ei', 'thompson', 'ucb'\], got 'pi'$"),
+        (
+            {"acquisition": "pi"},
+            r"^acquisition: expected one of \['ei', 'thompson', 'ucb'\], got 'pi'$",
+        ),
         ({"beta": -0.5}, r"^beta: must be >= 0, got -0.5$"),
         ({"embedding": "paths"}, r"^embedding: unknown encoding 'paths'"),
     ],
@@ -72,8 +75,9 @@ def test_bad_options_are_one_line_errors(options: dict[str, Any], message: str) 
 
 
 def test_the_edges_of_the_options_are_accepted() -> None:
-    study = _study(window=20, startup_trials=1, candidates=1, parents=1, beta=0.0,
-                   acquisition="ucb")
+    study = _study(
+        window=20, startup_trials=1, candidates=1, parents=1, beta=0.0, acquisition="ucb"
+    )
     asked = _run(study, 3)
     assert len({candidate_key(FLAT, p) for p in asked}) == 3
     PredictorSampler(space=FLAT, window=None)
@@ -94,27 +98,30 @@ def test_the_edges_of_the_options_are_accepted() -> None:
         ("k", None, "k"),
     ],
 )
-def test_each_feature_belongs_to_its_dimension(feature: str, genome: str | None,
-                                               unit: str) -> None:
+def test_each_feature_belongs_to_its_dimension(feature: str, genome: str | None, unit: str) -> None:
     assert _unit_of(feature, genome) == unit
 
 
 def test_unit_weights_give_every_dimension_the_same_spread() -> None:
-    space = spaces.Space({
-        "genome": spaces.CellFamily(),
-        "lr": spaces.Float(low=1e-4, high=1.0, log=True),
-        "act": spaces.Categorical(("relu", "tanh", "gelu")),
-        "one": spaces.Categorical(("only",)),
-        "k": spaces.Int(low=1, high=9),
-    })
+    space = spaces.Space(
+        {
+            "genome": spaces.CellFamily(),
+            "lr": spaces.Float(low=1e-4, high=1.0, log=True),
+            "act": spaces.Categorical(("relu", "tanh", "gelu")),
+            "one": spaces.Categorical(("only",)),
+            "k": spaces.Int(low=1, high=9),
+        }
+    )
     embed = spaces.SpaceEmbedding(space, kind="path+wl")
     weights = unit_weights(space, embed)
     units = [_unit_of(n, embed.genome_name) for n in embed.names]
     rng = np.random.default_rng(123)  # draws the weights were not estimated from
     x = embed.many([draw(space, uniform_choice, rng).params for _ in range(600)]) * weights
     sq = (x[::2] - x[1::2]) ** 2
-    spread = {u: float(sq[:, [i for i, v in enumerate(units) if v == u]].sum(axis=1).mean())
-              for u in dict.fromkeys(units)}
+    spread = {
+        u: float(sq[:, [i for i, v in enumerate(units) if v == u]].sum(axis=1).mean())
+        for u in dict.fromkeys(units)
+    }
     assert spread.pop("one") == 0.0  # a constant: nothing to spread, its weight stays 1
     assert weights[list(embed.names).index("one=only")] == 1.0
     assert all(0.6 < s < 1.5 for s in spread.values()), spread
@@ -123,8 +130,10 @@ def test_unit_weights_give_every_dimension_the_same_spread() -> None:
     genome_cols = [i for i, v in enumerate(units) if v == "genome"]
     assert raw_sq[:, genome_cols].sum(axis=1).mean() > 10  # unweighted, the genome drowns lr
     # the same in every process, whatever the sampler's seed
-    np.testing.assert_array_equal(PredictorSampler(space=space, seed=1)._weights,  # noqa: SLF001
-                                  weights)
+    np.testing.assert_array_equal(
+        PredictorSampler(space=space, seed=1)._weights,  # noqa: SLF001
+        weights,
+    )
 
 
 # -- start-up, direction, best ---------------------------------------------------------------
@@ -165,10 +174,10 @@ def _spy_fit(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     calls: list[dict[str, Any]] = []
     fit = GaussianProcess.fit
 
-    def spy(x: np.ndarray, y: np.ndarray, extra_noise: Any = None, groups: Any = None
-            ) -> GaussianProcess:
-        calls.append({"x": np.array(x), "y": np.array(y), "extra": extra_noise,
-                      "groups": groups})
+    def spy(
+        x: np.ndarray, y: np.ndarray, extra_noise: Any = None, groups: Any = None
+    ) -> GaussianProcess:
+        calls.append({"x": np.array(x), "y": np.array(y), "extra": extra_noise, "groups": groups})
         return fit(x, y, extra_noise, groups)
 
     monkeypatch.setattr(GaussianProcess, "fit", staticmethod(spy))
@@ -194,7 +203,8 @@ def test_the_model_is_fitted_on_normal_scores_of_own_results(
     units = [_unit_of(n, None) for n in sampler._embed.names]  # noqa: SLF001
     assert [list(g) for g in call["groups"]] == [
         [i for i, u in enumerate(units) if u == "x"],
-        [i for i, u in enumerate(units) if u == "act"]]
+        [i for i, u in enumerate(units) if u == "act"],
+    ]
 
 
 # -- warm start ------------------------------------------------------------------------------
@@ -240,7 +250,8 @@ def test_a_large_prior_keeps_its_best_half_and_spreads_the_rest(
     assert [p for _, p in kept[0][:3]] == [p for p, _ in ranked[:3]]
     assert kept[0][0][0] == candidate_key(FLAT, ranked[0][0])
     np.testing.assert_allclose(
-        kept[1], sampler._embed.many([p for _, p in kept[0]]) * sampler._weights)  # noqa: SLF001
+        kept[1], sampler._embed.many([p for _, p in kept[0]]) * sampler._weights
+    )  # noqa: SLF001
     (call,) = calls  # the source's own model, over the same points and groups
     np.testing.assert_allclose(call["x"], kept[1])
     np.testing.assert_allclose(call["y"], kept[2])
@@ -251,18 +262,30 @@ def test_a_large_prior_keeps_its_best_half_and_spreads_the_rest(
 
 
 def test_what_a_prior_point_lacks_is_drawn_from_the_seed() -> None:
-    space = spaces.Space({"x": spaces.Int(low=0, high=60), "lr": spaces.Float(low=1e-3,
-                                                                                high=1.0)})
+    space = spaces.Space(
+        {
+            "genome": spaces.CellFamily(),
+            "x": spaces.Int(low=0, high=60),
+            "lr": spaces.Float(low=1e-3, high=1.0),
+        }
+    )
     prior = [({"x": i}, i / 10) for i in range(10)]
-    a = PredictorSampler(space=space, seed=3)
-    b = PredictorSampler(space=space, seed=3)
-    c = PredictorSampler(space=space, seed=4)
-    for s in (a, b, c):
-        s.set_prior(prior)
-    lrs = [[p["lr"] for _, p in s._prior[0]] for s in (a, b, c)]  # noqa: SLF001
-    assert lrs[0] == lrs[1] != lrs[2]
-    assert len(set(lrs[0])) == 10  # one draw per point, not one for all
-    assert all(1e-3 <= v <= 1.0 for v in lrs[0])
+
+    def drawn(seed: int) -> list[tuple[Any, float]]:
+        sampler = PredictorSampler(space=space, seed=seed)
+        sampler.set_prior(prior)
+        kept = sampler._prior  # noqa: SLF001
+        assert kept is not None
+        return [(key[0], p["lr"]) for key, p in kept[0]]
+
+    three = drawn(3)
+    assert three == drawn(3)  # the same seed, the same draws
+    # another seed, other draws (seeds that differ in one low bit too)
+    others = [drawn(s) for s in (2, 4)]
+    assert all(o != three for o in others) and others[0] != others[1]
+    assert len({lr for _, lr in three}) == 10  # one draw per point, not one for all
+    assert len({g for g, _ in three}) == 10  # and a genome each
+    assert all(1e-3 <= lr <= 1.0 for _, lr in three)
 
 
 def test_source_points_join_with_noise_that_grows_with_own_results(
@@ -290,8 +313,10 @@ def test_the_source_weighs_by_how_well_it_ranks_own_results(
 ) -> None:
     # a source that agrees with the study: after 5 results its weight is its rank correlation
     rng = np.random.default_rng(2)
-    source = [(p, float(np.clip((_score(p) + 70) / 70, 0, 1)))
-              for p in (draw(FLAT, uniform_choice, rng).params for _ in range(40))]
+    source = [
+        (p, float(np.clip((_score(p) + 70) / 70, 0, 1)))
+        for p in (draw(FLAT, uniform_choice, rng).params for _ in range(40))
+    ]
     study = _study(startup_trials=50)
     sampler = study.sampler
     assert isinstance(sampler, PredictorSampler)
@@ -318,8 +343,10 @@ def test_the_source_weighs_by_how_well_it_ranks_own_results(
 
 def test_a_dropped_source_leaves_only_own_results(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(2)
-    backwards = [(p, float(np.clip(1 - (_score(p) + 70) / 70, 0, 1)))
-                 for p in (draw(FLAT, uniform_choice, rng).params for _ in range(40))]
+    backwards = [
+        (p, float(np.clip(1 - (_score(p) + 70) / 70, 0, 1)))
+        for p in (draw(FLAT, uniform_choice, rng).params for _ in range(40))
+    ]
     study = _study(startup_trials=50)
     sampler = study.sampler
     assert isinstance(sampler, PredictorSampler)
@@ -390,7 +417,8 @@ def test_candidates_are_children_of_the_best_and_a_tenth_uniform_draws(
     keys = [candidate_key(space, t.params) for t in done]
     means = GaussianProcess.fit(  # the parents are the three the model rates best
         sampler._embed.many([t.params for t in done]) * sampler._weights,  # noqa: SLF001
-        normal_scores(np.array([t.value for t in done])))
+        normal_scores(np.array([t.value for t in done])),
+    )
     assert set(children) <= set(keys)
     assert rows[0] == 6 and 30 <= rows[-1] <= 40
     assert means is not None
@@ -398,3 +426,147 @@ def test_candidates_are_children_of_the_best_and_a_tenth_uniform_draws(
     assert all(9 <= len(p) <= 12 for p in pools)
     proposal = candidate_key(space, trial.params)
     assert proposal not in keys
+
+
+# -- defaults --------------------------------------------------------------------------------
+
+WIDE = spaces.Space(
+    {"x": spaces.Int(low=0, high=1000), "act": spaces.Categorical(("relu", "tanh", "gelu"))}
+)
+
+
+def _added(study: optuna.Study, n: int, space: spaces.Space = WIDE) -> None:
+    """``n`` complete trials written straight into storage (no asks): distinct candidates."""
+    rng = np.random.default_rng(11)
+    dists = {
+        "x": optuna.distributions.IntDistribution(0, 1000),
+        "act": optuna.distributions.CategoricalDistribution(("relu", "tanh", "gelu")),
+    }
+    xs = rng.choice(1001, size=n, replace=False)
+    for i, x in enumerate(xs):
+        params = {"x": int(x), "act": ("relu", "tanh", "gelu")[i % 3]}
+        study.add_trial(
+            optuna.trial.create_trial(
+                params=params, distributions=dists, value=float(-abs(x - 500))
+            )
+        )
+
+
+class _Spy:
+    """What one ask fitted and predicted, and which parents it made children of."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, sampler: PredictorSampler) -> None:
+        self.fitted: list[int] = []
+        self.predicted: list[int] = []
+        self.parents: list[Any] = []
+        self.betas: list[float] = []
+        fit, predict = GaussianProcess.fit, GaussianProcess.predict
+        children, acquisition = sampler._children, sampler._acquisition  # noqa: SLF001
+
+        def spy_fit(x: np.ndarray, *args: Any, **kwargs: Any) -> GaussianProcess:
+            self.fitted.append(len(x))
+            return fit(x, *args, **kwargs)
+
+        def spy_predict(gp: GaussianProcess, x: np.ndarray) -> Any:
+            self.predicted.append(len(x))
+            return predict(gp, x)
+
+        def spy_children(parent: dict[str, Any], key: Any) -> Any:
+            self.parents.append(key)
+            return children(parent, key)
+
+        def spy_acquisition(mean: Any, std: Any, best: float, rng: Any, beta: float) -> Any:
+            self.betas.append(beta)
+            return acquisition(mean, std, best, rng, beta)
+
+        monkeypatch.setattr(GaussianProcess, "fit", staticmethod(spy_fit))
+        monkeypatch.setattr(GaussianProcess, "predict", spy_predict)
+        monkeypatch.setattr(sampler, "_children", spy_children)
+        monkeypatch.setattr(sampler, "_acquisition", spy_acquisition)
+
+
+def _default_study() -> tuple[optuna.Study, PredictorSampler]:
+    sampler = PredictorSampler(space=WIDE, seed=0)
+    return optuna.create_study(sampler=sampler, direction="maximize"), sampler
+
+
+def test_default_startup_is_10_complete_trials(monkeypatch: pytest.MonkeyPatch) -> None:
+    study, sampler = _default_study()
+    _added(study, 9)
+    spy = _Spy(monkeypatch, sampler)
+    WIDE.suggest(study.ask())
+    assert spy.fitted == []  # a uniform draw
+    study, sampler = _default_study()
+    _added(study, 10)
+    spy = _Spy(monkeypatch, sampler)
+    WIDE.suggest(study.ask())
+    assert spy.fitted == [10]
+
+
+def test_default_candidates_parents_and_beta(monkeypatch: pytest.MonkeyPatch) -> None:
+    study, sampler = _default_study()
+    _added(study, 14)
+    spy = _Spy(monkeypatch, sampler)
+    WIDE.suggest(study.ask())
+    # 10 parents (of 14 known), 18 children each and 20 uniform draws: 200 at most
+    assert len(spy.parents) == 10 == len(set(spy.parents))
+    assert spy.predicted[0] == 14 and 100 < spy.predicted[-1] <= 200  # less the repeats
+    assert spy.betas == [1.0]
+
+
+def test_default_ucb_weighs_the_deviation_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    sampler = PredictorSampler(space=WIDE, seed=0, acquisition="ucb")
+    study = optuna.create_study(sampler=sampler, direction="maximize")
+    _added(study, 10)
+    spy = _Spy(monkeypatch, sampler)
+    WIDE.suggest(study.ask())
+    assert spy.betas == [1.0]
+
+
+def test_default_window_is_100_trials(monkeypatch: pytest.MonkeyPatch) -> None:
+    study, sampler = _default_study()
+    _added(study, 100)
+    spy = _Spy(monkeypatch, sampler)
+    WIDE.suggest(study.ask())
+    study.tell(study.trials[-1].number, 0.0)
+    WIDE.suggest(study.ask())  # 101 complete: the window's 100
+    assert spy.fitted == [100, 100]
+
+
+def test_a_complete_trial_without_a_candidate_key_is_left_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # e.g. from before the space gained a dimension: it is neither fitted nor a parent
+    study, sampler = _default_study()
+    _added(study, 10)
+    study.add_trial(
+        optuna.trial.create_trial(
+            params={"x": 3},
+            distributions={"x": optuna.distributions.IntDistribution(0, 1000)},
+            value=1e6,
+        )
+    )
+    spy = _Spy(monkeypatch, sampler)
+    WIDE.suggest(study.ask())
+    assert spy.fitted == [10]
+    assert None not in spy.parents
+
+
+def test_the_genome_is_one_group_and_each_scalar_another(monkeypatch: pytest.MonkeyPatch) -> None:
+    space = spaces.Space(
+        {
+            "genome": spaces.CellFamily(),
+            "lr": spaces.Float(low=1e-4, high=1.0, log=True),
+            "act": spaces.Categorical(("relu", "tanh")),
+        }
+    )
+    sampler = PredictorSampler(space=space, startup_trials=3, seed=0)
+    study = optuna.create_study(sampler=sampler, direction="maximize")
+    _run(study, 3, space, lambda p: p["lr"])
+    calls = _spy_fit(monkeypatch)
+    _run(study, 1, space, lambda p: p["lr"])
+    names = sampler._embed.names  # noqa: SLF001
+    groups = [[names[i] for i in g] for g in calls[0]["groups"]]
+    assert [len(g) for g in groups] == [len(names) - 3, 1, 2]
+    assert all(n.startswith("genome.") for n in groups[0])
+    assert groups[1:] == [["lr"], ["act=relu", "act=tanh"]]
