@@ -570,3 +570,58 @@ def test_the_genome_is_one_group_and_each_scalar_another(monkeypatch: pytest.Mon
     assert [len(g) for g in groups] == [len(names) - 3, 1, 2]
     assert all(n.startswith("genome.") for n in groups[0])
     assert groups[1:] == [["lr"], ["act=relu", "act=tanh"]]
+
+
+def _flat_trials(study: optuna.Study, values: list[float]) -> None:
+    dists = {
+        "x": optuna.distributions.IntDistribution(0, 60),
+        "act": optuna.distributions.CategoricalDistribution(("relu", "tanh", "gelu")),
+    }
+    for i, v in enumerate(values):
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"x": i, "act": "relu"}, distributions=dists, value=float(v)
+            )
+        )
+
+
+def test_the_window_holds_each_study_s_best_tenth_and_its_most_recent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # window 20: the 2 best of all trials and the 18 most recent others; one sampler asked
+    # by two studies keeps a window for each
+    sampler = PredictorSampler(space=FLAT, seed=0, window=20, startup_trials=4)
+    storage = optuna.storages.InMemoryStorage()
+    a = optuna.create_study(sampler=sampler, direction="maximize", storage=storage)
+    b = optuna.create_study(sampler=sampler, direction="maximize", storage=storage)
+    _flat_trials(a, [100.0 - i for i in range(30)])  # the best are the oldest: 0 and 1
+    _flat_trials(b, [float(i) for i in range(30)])  # the best are the most recent
+    calls = _spy_fit(monkeypatch)
+    FLAT.suggest(a.ask())
+    FLAT.suggest(b.ask())
+    embed = sampler._embed  # noqa: SLF001
+    for call, study, picked in (
+        (calls[0], a, [0, 1, *range(12, 30)]),
+        (calls[1], b, list(range(10, 30))),
+    ):
+        expected = embed.many([study.trials[n].params for n in picked]) * sampler._weights  # noqa: SLF001
+        np.testing.assert_allclose(call["x"], expected)
+
+
+def test_an_exhausted_space_still_gets_a_proposal() -> None:
+    space = spaces.Space({"c": spaces.Categorical(("a", "b", "c"))})
+    sampler = PredictorSampler(space=space, startup_trials=1, seed=0)
+    study = optuna.create_study(sampler=sampler, direction="maximize")
+    _run(study, 3, space, lambda p: float("abc".index(p["c"])))
+    assert {t.params["c"] for t in study.trials} == {"a", "b", "c"}
+    trial = study.ask()  # nothing unseen is left: a repeat, drawn uniformly
+    assert space.suggest(trial)["c"] in ("a", "b", "c")
+    assert not any(k.startswith("detol:fallback") for k in study.trials[-1].system_attrs)
+
+
+def test_thompson_draws_come_from_the_trial_s_seed() -> None:
+    def asked(seed: int) -> list[dict[str, Any]]:
+        return _run(_study(acquisition="thompson", startup_trials=3, seed=seed), 6)
+
+    first = asked(0)
+    assert first == asked(0) and first[3:] != asked(1)[3:]
