@@ -625,3 +625,24 @@ def test_thompson_draws_come_from_the_trial_s_seed() -> None:
 
     first = asked(0)
     assert first == asked(0) and first[3:] != asked(1)[3:]
+
+
+def test_only_running_trials_with_a_whole_candidate_are_believed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    study = _study(startup_trials=4)
+    _run(study, 5)
+    half = study.ask()  # running, but it has not asked for "x" yet: no candidate to believe
+    half.suggest_categorical("act", ("relu", "tanh", "gelu"))
+    whole = study.ask()
+    FLAT.suggest(whole)
+    believed: list[int] = []
+    with_points = GaussianProcess.with_points
+
+    def spy(gp: GaussianProcess, x: np.ndarray, *args: Any) -> GaussianProcess:
+        believed.append(len(x))
+        return with_points(gp, x, *args)
+
+    monkeypatch.setattr(GaussianProcess, "with_points", spy)
+    FLAT.suggest(study.ask())
+    assert believed == [1]  # "whole" only; neither "half" nor the asking trial itself
