@@ -648,3 +648,96 @@ def test_only_running_trials_with_a_whole_candidate_are_believed(
     monkeypatch.setattr(GaussianProcess, "with_points", spy)
     FLAT.suggest(study.ask())
     assert believed == [1]  # "whole" only; neither "half" nor the asking trial itself
+
+
+class _Candidates:
+    """The candidate rows one ask predicts, and the parents it makes children of."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, sampler: PredictorSampler) -> None:
+        self.rows: list[np.ndarray] = []
+        self.parents: list[Any] = []
+        predict = GaussianProcess.predict
+        children = sampler._children  # noqa: SLF001
+
+        def spy_predict(gp: GaussianProcess, x: np.ndarray) -> Any:
+            self.rows.append(np.array(x))
+            return predict(gp, x)
+
+        def spy_children(parent: dict[str, Any], key: Any) -> Any:
+            self.parents.append(key)
+            return children(parent, key)
+
+        monkeypatch.setattr(GaussianProcess, "predict", spy_predict)
+        monkeypatch.setattr(sampler, "_children", spy_children)
+
+
+def test_candidates_are_distinct_unseen_and_parents_distinct(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a small space (183 candidates): children of different parents and uniform draws meet
+    study = _study(startup_trials=50, candidates=60, parents=4)
+    _run(study, 8)
+    sampler = study.sampler
+    assert isinstance(sampler, PredictorSampler)
+    # the source repeats the study's own candidates: each is a parent once (with a prior, the
+    # model proposes even before startup_trials)
+    sampler.set_prior([(dict(t.params), 0.9) for t in study.trials])
+    spy = _Candidates(monkeypatch, sampler)
+    FLAT.suggest(study.ask())
+    assert len(spy.parents) == 4 == len(set(spy.parents))
+    rows = spy.rows[-1]
+    assert len(np.unique(rows, axis=0)) == len(rows)
+    own = sampler._embed.many([t.params for t in study.trials[:8]]) * sampler._weights  # noqa: SLF001
+    assert not any((rows == r).all(axis=1).any() for r in own)
+
+
+def test_a_tenth_of_the_candidates_are_uniform_draws(monkeypatch: pytest.MonkeyPatch) -> None:
+    study = optuna.create_study(
+        sampler=PredictorSampler(space=WIDE, seed=0, candidates=40, parents=3),
+        direction="maximize",
+    )
+    _added(study, 12)
+    sampler = study.sampler
+    assert isinstance(sampler, PredictorSampler)
+    spy = _Candidates(monkeypatch, sampler)
+    WIDE.suggest(study.ask())
+    seen = {candidate_key(WIDE, t.params) for t in study.trials[:12]}
+    children = {k for p in spy.parents for k, _ in sampler._pools[p]} - seen  # noqa: SLF001
+    assert len(spy.rows[-1]) == len(children) + 4  # round(40 * 0.1) draws, none repeated
+
+
+def test_a_parent_s_children_are_made_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import search.strategies._predictor as predictor
+
+    study = _study(startup_trials=4, parents=2, candidates=20)
+    _run(study, 4)
+    made: list[int] = []
+    mutate = predictor.mutate_params
+
+    def counted(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        made.append(1)
+        return mutate(*args, **kwargs)
+
+    monkeypatch.setattr(predictor, "mutate_params", counted)
+    trial = study.ask()
+    FLAT.suggest(trial)
+    first = len(made)
+    # 2 parents, 9 children each, every third of them mutated twice: 2 * (9 + 3)
+    assert first == 24
+    FLAT.suggest(study.ask())  # the same two parents (nothing told since): no new children
+    assert len(made) == first
+
+
+def test_children_streams_differ_per_parent_and_per_seed() -> None:
+    parents = [{"x": 10, "act": "relu"}, {"x": 40, "act": "relu"}]
+
+    def pools(seed: int) -> list[list[tuple[int, str]]]:
+        sampler = PredictorSampler(space=FLAT, seed=seed, candidates=40, parents=1)
+        return [
+            [(c["x"] - p["x"], c["act"]) for _, c in sampler._children(p, candidate_key(FLAT, p))]  # noqa: SLF001
+            for p in parents
+        ]
+
+    two = pools(2)
+    assert two[0] != two[1]  # each parent its own stream, not the same steps
+    assert two == pools(2) and two != pools(3)
