@@ -675,20 +675,50 @@ def test_candidates_are_distinct_unseen_and_parents_distinct(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # a small space (183 candidates): children of different parents and uniform draws meet
-    study = _study(startup_trials=50, candidates=60, parents=4)
+    study = _study(startup_trials=50, candidates=200, parents=4)
     _run(study, 8)
     sampler = study.sampler
     assert isinstance(sampler, PredictorSampler)
-    # the source repeats the study's own candidates: each is a parent once (with a prior, the
-    # model proposes even before startup_trials)
-    sampler.set_prior([(dict(t.params), 0.9) for t in study.trials])
+    # a source that repeats the study's own candidates, ranked alike (so it is kept): each
+    # candidate is a parent once
+    values = np.array([t.value for t in study.trials])
+    ranks = (np.argsort(np.argsort(values)) + 0.5) / len(values)
+    sampler.set_prior(
+        [(dict(t.params), float(q)) for t, q in zip(study.trials, ranks, strict=True)]
+    )
+    fits = _spy_fit(monkeypatch)
     spy = _Candidates(monkeypatch, sampler)
     FLAT.suggest(study.ask())
+    assert len(fits[0]["y"]) == 16  # the source was kept
     assert len(spy.parents) == 4 == len(set(spy.parents))
     rows = spy.rows[-1]
     assert len(np.unique(rows, axis=0)) == len(rows)
     own = sampler._embed.many([t.params for t in study.trials[:8]]) * sampler._weights  # noqa: SLF001
     assert not any((rows == r).all(axis=1).any() for r in own)
+
+
+def test_parents_are_the_best_rated_of_own_and_source_points(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    study = _study(startup_trials=50, parents=3)
+    sampler = study.sampler
+    assert isinstance(sampler, PredictorSampler)
+    sampler.set_prior(_prior(20))
+    _run(study, 2)
+    fits = _spy_fit(monkeypatch)
+    spy = _Candidates(monkeypatch, sampler)
+    FLAT.suggest(study.ask())
+    fit = fits[0]
+    gp = GaussianProcess.fit(fit["x"], fit["y"], fit["extra"], fit["groups"])
+    means = gp.predict(fit["x"])[0]
+    kept = sampler._prior  # noqa: SLF001
+    assert kept is not None
+    keys = [candidate_key(FLAT, t.params) for t in study.trials[:2]] + [k for k, _ in kept[0]]
+    best = []
+    for i in np.argsort(-means, kind="stable"):
+        if keys[i] not in best:
+            best.append(keys[i])
+    assert spy.parents == best[:3]
 
 
 def test_a_tenth_of_the_candidates_are_uniform_draws(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -731,13 +761,28 @@ def test_a_parent_s_children_are_made_once(monkeypatch: pytest.MonkeyPatch) -> N
 def test_children_streams_differ_per_parent_and_per_seed() -> None:
     parents = [{"x": 10, "act": "relu"}, {"x": 40, "act": "relu"}]
 
-    def pools(seed: int) -> list[list[tuple[int, str]]]:
-        sampler = PredictorSampler(space=FLAT, seed=seed, candidates=40, parents=1)
+    def pools(seed: int, candidates: int = 40) -> list[list[tuple[bool, str]]]:
+        sampler = PredictorSampler(space=FLAT, seed=seed, candidates=candidates, parents=1)
         return [
-            [(c["x"] - p["x"], c["act"]) for _, c in sampler._children(p, candidate_key(FLAT, p))]  # noqa: SLF001
+            [(c["x"] != p["x"], c["act"]) for _, c in sampler._children(p, candidate_key(FLAT, p))]  # noqa: SLF001
             for p in parents
         ]
 
     two = pools(2)
-    assert two[0] != two[1]  # each parent its own stream, not the same steps
-    assert two == pools(2) and two != pools(3)
+    assert two == pools(2)
+    assert len({str(pools(s)) for s in (1, 2, 3)}) == 3  # the whole seed counts
+    assert [len(p) for p in pools(2, candidates=1)] == [1, 1]  # round(0.9): one child
+
+
+def test_each_parent_s_children_come_from_a_stream_of_their_own() -> None:
+    # one continuous dimension: with one stream for all parents, each child of 0.3 would be
+    # the same step (or the same fresh draw) as the matching child of 0.6
+    space = spaces.Space({"f": spaces.Float(low=0.0, high=1.0)})
+    sampler = PredictorSampler(space=space, seed=2, candidates=40, parents=1)
+    low, high = (
+        [c["f"] for _, c in sampler._children({"f": f}, candidate_key(space, {"f": f}))]  # noqa: SLF001
+        for f in (0.3, 0.6)
+    )
+    assert len(low) == len(high) == 36
+    alike = [a == b or abs((a - 0.3) - (b - 0.6)) < 1e-9 for a, b in zip(low, high, strict=True)]
+    assert not any(alike)
