@@ -786,3 +786,4 @@ def test_each_parent_s_children_come_from_a_stream_of_their_own() -> None:
     assert len(low) == len(high) == 36
     alike = [a == b or abs((a - 0.3) - (b - 0.6)) < 1e-9 for a, b in zip(low, high, strict=True)]
     assert not any(alike)
+
