@@ -269,6 +269,30 @@ def test_relevance_search_takes_each_improvement_in_turn() -> None:
     np.testing.assert_allclose(gp.chol @ gp.chol.T, cov(factors), rtol=0, atol=1e-11)
 
 
+def test_a_relevance_is_multiplied_in_turn_not_replaced() -> None:
+    # Data where the second group first takes x0.3 and then x3 of that (0.9, not 3): the
+    # search multiplies the factor it has. The by-hand search agrees.
+    rng = np.random.default_rng(394149)
+    n = int(rng.integers(8, 20))
+    x = rng.random((n, 2))
+    a, b, c = rng.uniform(0.5, 10, 3)
+    y = np.sin(a * x[:, 0]) * c / 5 + np.sin(b * x[:, 1])
+    y = y + rng.uniform(0, 0.5) * rng.standard_normal(n)
+    gp = GaussianProcess.fit(x, y, groups=[np.array([0]), np.array([1])])
+    np.testing.assert_allclose(gp.weights, [3.0, 0.9])
+    base = GaussianProcess.fit(x, y)
+    noise = float((base.chol @ base.chol.T)[0, 0] - 1.0 - 1e-8)
+    r = y - y.mean()
+
+    def likelihood(f: list[float]) -> float:
+        d = dist(x * np.array(f), x * np.array(f))
+        return lml(matern(d, base.scale) + np.eye(n) * (noise + 1e-8), r)
+
+    assert likelihood([3.0, 0.3]) > likelihood([3.0, 1.0])  # x0.3 taken first
+    assert likelihood([3.0, 0.9]) > likelihood([3.0, 0.3])  # then x3 of it
+    assert likelihood([3.0, 0.9]) > likelihood([3.0, 3.0])  # 3 itself would fit worse
+
+
 def test_relevance_needs_two_to_eight_groups() -> None:
     rng = np.random.default_rng(4)
     x = rng.random((20, 9))
