@@ -230,13 +230,15 @@ def test_the_advantage_is_scaled_by_the_moving_deviation_and_clipped_at_3() -> N
     assert (policy.variance, policy.baseline) == (4.0, pytest.approx(0.5))
     policy.update({"c": (CAT, "a")}, 1.5, **settings)  # diff 1: variance 0.75 * 4 + 0.25
     assert policy.variance == pytest.approx(3.25)
-    np.testing.assert_allclose(policy.logits["c"], 1 / math.sqrt(3.25) * np.array(
-        [2 / 3, -1 / 3, -1 / 3]))
+    np.testing.assert_allclose(
+        policy.logits["c"], 1 / math.sqrt(3.25) * np.array([2 / 3, -1 / 3, -1 / 3])
+    )
     assert policy.baseline == pytest.approx(0.75 * 0.5 + 0.25 * 1.5)
     policy.update({"d": (CAT, "a")}, policy.baseline + 2.0, **settings)
     assert policy.variance == pytest.approx(0.75 * 3.25 + 0.25 * 4)
-    np.testing.assert_allclose(policy.logits["d"], 2 / math.sqrt(3.4375) * np.array(
-        [2 / 3, -1 / 3, -1 / 3]))
+    np.testing.assert_allclose(
+        policy.logits["d"], 2 / math.sqrt(3.4375) * np.array([2 / 3, -1 / 3, -1 / 3])
+    )
     # with a slow decay a far result's scaled advantage would pass 3: it is clipped there
     slow = {"learning_rate": 1.0, "entropy_weight": 0.0, "baseline_decay": 0.99}
     for sign_, name in ((1.0, "e"), (-1.0, "f")):
@@ -244,8 +246,9 @@ def test_the_advantage_is_scaled_by_the_moving_deviation_and_clipped_at_3() -> N
         far.update({}, 0.0, **slow)
         far.update({}, 1.0, **slow)  # variance 1
         far.update({name: (CAT, "a")}, far.baseline + sign_ * 100.0, **slow)
-        np.testing.assert_allclose(far.logits[name], sign_ * 3.0 * np.array(
-            [2 / 3, -1 / 3, -1 / 3]))
+        np.testing.assert_allclose(
+            far.logits[name], sign_ * 3.0 * np.array([2 / 3, -1 / 3, -1 / 3])
+        )
 
 
 def test_an_equal_result_moves_nothing() -> None:
@@ -276,10 +279,12 @@ def test_the_entropy_bonus_is_the_gradient_of_the_entropy() -> None:
     policy.probabilities("c", CAT)
     policy.logits["c"] = z0.copy()
     policy.update({}, 1.0, **SETTINGS)
-    policy.update({"c": (CAT, "a")}, 1.0, learning_rate=0.1, entropy_weight=2.0,
-                  baseline_decay=0.5)  # no advantage: only the entropy term moves the logits
-    numeric = np.array([(entropy(z0 + 1e-6 * e) - entropy(z0 - 1e-6 * e)) / 2e-6
-                        for e in np.eye(3)])
+    policy.update(
+        {"c": (CAT, "a")}, 1.0, learning_rate=0.1, entropy_weight=2.0, baseline_decay=0.5
+    )  # no advantage: only the entropy term moves the logits
+    numeric = np.array(
+        [(entropy(z0 + 1e-6 * e) - entropy(z0 - 1e-6 * e)) / 2e-6 for e in np.eye(3)]
+    )
     np.testing.assert_allclose(policy.logits["c"] - z0, 0.1 * 2.0 * numeric, rtol=1e-5)
     assert entropy(policy.logits["c"]) > entropy(z0)
 
@@ -316,8 +321,9 @@ def test_bad_options_are_one_line_errors(options: dict[str, Any], message: str) 
 
 def test_the_edges_of_the_options_are_accepted() -> None:
     space = spaces.Space({"x": spaces.Float(low=0.0, high=1.0)})
-    sampler = ReinforceSampler(space=space, learning_rate=1e-9, entropy_weight=0.0,
-                               baseline_decay=0.0, bins=2, seed=0)
+    sampler = ReinforceSampler(
+        space=space, learning_rate=1e-9, entropy_weight=0.0, baseline_decay=0.0, bins=2, seed=0
+    )
     study = optuna.create_study(sampler=sampler)
     for _ in range(3):
         trial = study.ask()
@@ -325,8 +331,9 @@ def test_the_edges_of_the_options_are_accepted() -> None:
     assert len(sampler.policy(study).probabilities("x", FloatDistribution(0.0, 1.0))) == 2
 
 
-SPACE = spaces.Space({"c": spaces.Categorical(("a", "b", "c")), "x": spaces.Float(low=0.0,
-                                                                                   high=8.0)})
+SPACE = spaces.Space(
+    {"c": spaces.Categorical(("a", "b", "c")), "x": spaces.Float(low=0.0, high=8.0)}
+)
 REWARD = {"a": 0.0, "b": 1.0, "c": 3.0}
 
 
@@ -347,8 +354,13 @@ def test_the_defaults_are_the_documented_ones() -> None:
     policy = sampler.policy(study)
     expected = Policy(8)
     for v in values:
-        expected.update({"c": (CAT, "c"), "x": (FLOAT, v)}, v, learning_rate=0.3,
-                        entropy_weight=0.0, baseline_decay=0.7)
+        expected.update(
+            {"c": (CAT, "c"), "x": (FLOAT, v)},
+            v,
+            learning_rate=0.3,
+            entropy_weight=0.0,
+            baseline_decay=0.7,
+        )
     assert policy.baseline == pytest.approx(expected.baseline)
     np.testing.assert_allclose(policy.logits["c"], expected.logits["c"])
     np.testing.assert_allclose(policy.logits["x"], expected.logits["x"])
@@ -402,12 +414,22 @@ def test_a_history_that_changed_order_is_replayed_from_the_start() -> None:
         _tell(study, {"c": choice, "x": 1.0}, REWARD[choice])
     assert sampler.policy(study).updates == 3
     first = study.trials[0]
-    study.add_trial(optuna.trial.FrozenTrial(
-        number=0, trial_id=0, state=optuna.trial.TrialState.COMPLETE, value=None,
-        values=[2.0], datetime_start=first.datetime_start - datetime.timedelta(seconds=2),
-        datetime_complete=first.datetime_start - datetime.timedelta(seconds=1),
-        params={"c": "b", "x": 7.5}, distributions=first.distributions, user_attrs={},
-        system_attrs={}, intermediate_values={}))
+    study.add_trial(
+        optuna.trial.FrozenTrial(
+            number=0,
+            trial_id=0,
+            state=optuna.trial.TrialState.COMPLETE,
+            value=None,
+            values=[2.0],
+            datetime_start=first.datetime_start - datetime.timedelta(seconds=2),
+            datetime_complete=first.datetime_start - datetime.timedelta(seconds=1),
+            params={"c": "b", "x": 7.5},
+            distributions=first.distributions,
+            user_attrs={},
+            system_attrs={},
+            intermediate_values={},
+        )
+    )
     SPACE.suggest(study.ask())  # the next ask replays the history it reads
     policy = sampler.policy(study)
     fresh = ReinforceSampler(space=SPACE, seed=0).policy(study)
@@ -463,8 +485,12 @@ def test_a_proposal_records_its_policy_log_probabilities() -> None:
 
 
 def _fake(trial: optuna.trial.FrozenTrial, logp: Any) -> optuna.trial.FrozenTrial:
-    return optuna.trial.create_trial(params=trial.params, distributions=trial.distributions,
-                                     value=0.0, system_attrs={LOGP_ATTR: logp})
+    return optuna.trial.create_trial(
+        params=trial.params,
+        distributions=trial.distributions,
+        value=0.0,
+        system_attrs={LOGP_ATTR: logp},
+    )
 
 
 def test_the_importance_weight_reads_only_what_it_can() -> None:
@@ -492,7 +518,8 @@ def test_the_importance_weight_reads_only_what_it_can() -> None:
     # a value the policy cannot place counts for nothing
     odd = {"c": (CAT, "zz"), "x": taken["x"]}
     assert weight(policy, odd, _fake(t, {"c": -9.0, "x": now_x - 0.5})) == pytest.approx(
-        math.exp(0.5))
+        math.exp(0.5)
+    )
     assert weight(policy, taken, _fake(t, {"c": now_c - 1e6})) == 3.0  # clipped
     assert weight(policy, taken, _fake(t, {"c": now_c + 1e6})) == pytest.approx(1 / 3)
     assert weight(policy, taken, _fake(t, {"c": now_c - 1.0})) == pytest.approx(math.e)
@@ -510,20 +537,36 @@ def test_importance_weights_reach_the_update_only_when_asked_for() -> None:
         trial = study.ask()
         SPACE.suggest(trial)
         study._storage.set_trial_system_attr(  # noqa: SLF001
-            trial._trial_id, LOGP_ATTR, {"c": -1e6})  # noqa: SLF001
+            trial._trial_id, LOGP_ATTR, {"c": -1e6}
+        )  # noqa: SLF001
         study.tell(trial, 5.0)
         before = Policy(8)
         for choice, value in (("a", 0.0), ("b", 1.0)):
-            before.update({"c": (CAT, choice)}, value, learning_rate=0.3, entropy_weight=0.0,
-                          baseline_decay=0.7)
+            before.update(
+                {"c": (CAT, choice)},
+                value,
+                learning_rate=0.3,
+                entropy_weight=0.0,
+                baseline_decay=0.7,
+            )
         plain = Policy(8)
         plain.logits, plain.dists = dict(before.logits), dict(before.dists)
-        plain.baseline, plain.variance, plain.updates = (before.baseline, before.variance,
-                                                         before.updates)
-        plain.update({"c": (CAT, study.trials[-1].params["c"])}, 5.0, learning_rate=0.3,
-                     entropy_weight=0.0, baseline_decay=0.7)
-        steps[weights] = (sampler.policy(study).logits["c"] - before.logits["c"],
-                          plain.logits["c"] - before.logits["c"])
+        plain.baseline, plain.variance, plain.updates = (
+            before.baseline,
+            before.variance,
+            before.updates,
+        )
+        plain.update(
+            {"c": (CAT, study.trials[-1].params["c"])},
+            5.0,
+            learning_rate=0.3,
+            entropy_weight=0.0,
+            baseline_decay=0.7,
+        )
+        steps[weights] = (
+            sampler.policy(study).logits["c"] - before.logits["c"],
+            plain.logits["c"] - before.logits["c"],
+        )
     np.testing.assert_allclose(steps[False][0], steps[False][1])
     np.testing.assert_allclose(steps[True][0], 3.0 * steps[True][1])
     assert np.abs(steps[True][1]).max() > 0.05
