@@ -163,6 +163,26 @@ OWN_TESTS: dict[str, list[str]] = {
         "tests/search/test_conditional_spaces.py",
         "tests/search/test_proposal_window.py",
     ],
+    "search/strategies/_reinforce.py": [
+        "tests/search/test_reinforce_rules.py",
+        "tests/search/test_strategies.py",
+        "tests/search/test_conditional_spaces.py",
+        "tests/search/test_sampler_contract.py",
+        "tests/search/test_warm_start.py::test_every_strategy_starts_from_the_transferred_cells"
+        "[reinforce]",
+    ],
+    "search/strategies/_surrogate.py": [
+        "tests/search/test_surrogate_rules.py",
+        "tests/search/test_predictor.py",
+        "tests/search/test_conditional_spaces.py",
+        "tests/search/test_sampler_contract.py",
+    ],
+    "search/strategies/_predictor.py": [
+        "tests/search/test_predictor_rules.py",
+        "tests/search/test_predictor.py",
+        "tests/search/test_conditional_spaces.py",
+        "tests/search/test_sampler_contract.py",
+    ],
 }
 # tests marked mpi launch mpiexec: the mutant does not exist in those processes
 MARKERS = "not slow and not benchmark and not mpi"
