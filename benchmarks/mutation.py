@@ -136,6 +136,65 @@ OWN_TESTS: dict[str, list[str]] = {
     "search/clusters/_watch.py": [
         "tests/search/test_cluster_watch.py",
     ],
+    "search/strategies/_tpe.py": [
+        "tests/search/test_tpe_rules.py",
+        "tests/search/test_proposal_window.py",
+        "tests/search/test_strategies.py",
+        "tests/search/test_sampler_contract.py",
+    ],
+    "search/strategies/_window.py": [
+        "tests/search/test_window_rules.py",
+        "tests/search/test_proposal_window.py",
+        "tests/search/test_predictor.py",
+        "tests/search/test_strategies.py",
+    ],
+    "search/strategies/_gp.py": [
+        "tests/search/test_gp_rules.py",
+        "tests/search/test_proposal_window.py",
+        "tests/search/test_strategies.py::test_gp_same_seed_same_sequence",
+        "tests/search/test_sampler_contract.py",
+    ],
+    "search/strategies/_auto.py": [
+        "tests/search/test_auto.py",
+        "tests/search/test_strategies.py::test_every_strategy_builds_for_its_objectives",
+    ],
+    "search/pruners/_top_half.py": [
+        "tests/search/test_top_half_rules.py",
+        "tests/search/test_study_file.py",
+        "tests/search/test_pruning_replay.py",
+    ],
+    "search/strategies/_nsga2.py": [
+        "tests/search/test_nsga2_rules.py",
+        "tests/search/test_strategies.py",
+        "tests/search/test_sampler_contract.py",
+    ],
+    "search/strategies/_base.py": [
+        "tests/search/test_base_rules.py",
+        "tests/search/test_evolution_rules.py",
+        "tests/search/test_strategies.py",
+        "tests/search/test_conditional_spaces.py",
+        "tests/search/test_proposal_window.py",
+    ],
+    "search/strategies/_reinforce.py": [
+        "tests/search/test_reinforce_rules.py",
+        "tests/search/test_strategies.py",
+        "tests/search/test_conditional_spaces.py",
+        "tests/search/test_sampler_contract.py",
+        "tests/search/test_warm_start.py::test_every_strategy_starts_from_the_transferred_cells"
+        "[reinforce]",
+    ],
+    "search/strategies/_surrogate.py": [
+        "tests/search/test_surrogate_rules.py",
+        "tests/search/test_predictor.py",
+        "tests/search/test_conditional_spaces.py",
+        "tests/search/test_sampler_contract.py",
+    ],
+    "search/strategies/_predictor.py": [
+        "tests/search/test_predictor_rules.py",
+        "tests/search/test_predictor.py",
+        "tests/search/test_conditional_spaces.py",
+        "tests/search/test_sampler_contract.py",
+    ],
 }
 # tests marked mpi launch mpiexec: the mutant does not exist in those processes
 MARKERS = "not slow and not benchmark and not mpi"

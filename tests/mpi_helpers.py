@@ -23,3 +23,13 @@ def run_mpi_job(program: str, out: Path, *, ranks: int = 2, timeout: int = 240) 
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(out.read_text())
+
+
+def expected_device() -> str:
+    """The ``device`` a trial's rank 0 records on this machine: CUDA's first device when there
+    is one (every rank of a job on a one-GPU machine shares it), else ``"cpu"``."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "cpu"
+    return f"cuda:0 ({torch.cuda.get_device_name(0)})"

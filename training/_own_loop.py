@@ -49,6 +49,7 @@ def run_own_loop(spec: Any, config: Any, comm: Any) -> dict[str, Any] | None:
     """Run ``spec.own_loop`` on ``comm``; rank 0 returns the result dict, others None."""
     import torch
 
+    from training._session import describe_device
     from training.worker import open_session
 
     own = spec.own_loop
@@ -83,4 +84,5 @@ def run_own_loop(spec: Any, config: Any, comm: Any) -> dict[str, Any] | None:
         "checkpoint_s": checkpointer.seconds if checkpointer is not None else 0.0,
         "checkpoint_bytes": checkpointer.bytes if checkpointer is not None else 0,
         "algorithm": ",".join(o.name for o in session._optimizers) or "own loop",  # noqa: SLF001
+        "device": describe_device(session.device),
     }

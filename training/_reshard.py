@@ -46,6 +46,7 @@ import torch
 # Algorithms whose ranks hold one state between steps: rank 0's is everyone's.
 ONE_STATE = ("sync", "batch")
 _TORCH_RNG = "torch_rng"  # the trainer's key for torch's generator state
+_CUDA_RNG = "cuda_rng"  # ... for the GPU's generator (None on CPU)
 _ALGORITHM = "algorithm"  # ... for the algorithm's own state, whose "rng" is a numpy generator's
 
 
@@ -110,8 +111,9 @@ def copy_state(value: Any) -> Any:
 
 
 def _keep_streams(state: dict[str, Any], own: dict[str, Any]) -> None:
-    if _TORCH_RNG in own:
-        state[_TORCH_RNG] = copy_state(own[_TORCH_RNG])
+    for key in (_TORCH_RNG, _CUDA_RNG):
+        if key in own:
+            state[key] = copy_state(own[key])
     theirs = own.get(_ALGORITHM)
     if isinstance(theirs, dict) and "rng" in theirs:
         state[_ALGORITHM]["rng"] = copy_state(theirs["rng"])
@@ -122,6 +124,8 @@ def _fresh_streams(state: dict[str, Any], *, seed: int, rank: int, epoch: int) -
         generator = torch.Generator().manual_seed(
             int(np.random.SeedSequence([seed, rank, epoch]).generate_state(1)[0]))
         state[_TORCH_RNG] = generator.get_state()
+    if state.get(_CUDA_RNG) is not None:  # a new rank: its GPU generator as the trainer seeds it
+        state[_CUDA_RNG] = None
     algorithm = state.get(_ALGORITHM)
     if isinstance(algorithm, dict) and isinstance(algorithm.get("rng"), dict):
         algorithm["rng"] = np.random.default_rng([seed, rank, epoch, 7]).bit_generator.state

@@ -56,6 +56,14 @@ def pick_device(comm: MPI.Comm) -> torch.device:
     return torch.device("cpu")
 
 
+def describe_device(device: torch.device) -> str:
+    """What a trial records as its ``device``: ``"cpu"``, or ``"cuda:0 (NVIDIA H200)"``."""
+    if device.type != "cuda":
+        return str(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
+
+
 class Session:
     """One trial of a user's own loop, on every rank of its MPI job.
 

@@ -147,7 +147,7 @@ class GradientAllreduce:
         MPI.Request.Waitall(self._inflight)  # waits for all ranks
         self._inflight = []
         for b in self._buckets:
-            if b.host is not b.buffer:
+            if b.host is not b.buffer and self.comm.size > 1:  # one rank: nothing was staged
                 b.buffer.copy_(b.host)
             b.pending = len(b.params)  # re-armed: the next backward starts them again, even if
             b.request = None  # the caller zeroes gradients some other way

@@ -242,6 +242,9 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "algorithm": self.algorithm.state_dict(),
             "torch_rng": torch.get_rng_state(),
+            # dropout on a GPU draws from the device's generator, not the CPU's
+            "cuda_rng": (torch.cuda.get_rng_state(self.device)
+                         if self.device.type == "cuda" else None),
             "steps": self.steps,
             "slept_s": self.pace.slept_s,
             "widths": widths(self.model) if self.pruning is not None else None,
@@ -256,6 +259,8 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.algorithm.load_state_dict(state["algorithm"])
         torch.set_rng_state(state["torch_rng"])
+        if state.get("cuda_rng") is not None and self.device.type == "cuda":
+            torch.cuda.set_rng_state(state["cuda_rng"], self.device)
         self.steps = int(state["steps"])
         self.pace.slept_s = float(state["slept_s"])
 

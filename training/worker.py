@@ -90,6 +90,7 @@ def train_spec(spec: Any, config: Any, comm: Any, data: Any = None,
     """Train one trial on ``comm`` (this job, or a warm pool's); rank 0 returns the result.
     Two front doors, one session: the user's loop (``spec.own_loop``) or the built-in trainer.
     ``memory``: a warm pool's shelf of paused states (training._regroup), on its rank 0."""
+    from training._session import describe_device
     from training._trainer import Trainer
 
     check_rank_count(comm, config.ranks, spec.launcher)
@@ -121,6 +122,7 @@ def train_spec(spec: Any, config: Any, comm: Any, data: Any = None,
         out["restored_from"] = restored
         out["restore_s"] = trainer.checkpointer.restore_seconds  # type: ignore[union-attr]
     out["algorithm"] = config.algorithm
+    out["device"] = describe_device(session.device)
     out["mpi_thread_level"] = thread_level()
     out["finish_time"] = time.time()
     return out

@@ -36,6 +36,7 @@ RESULT_ATTRS = (
     "steps_per_rank",
     "slowdown_sleep_s",
     "mpi_thread_level",
+    "device",  # rank 0's: "cpu" or "cuda:0 (NVIDIA H100 80GB HBM3)"
     "start_epoch",
     "checkpoint_s",
     "checkpoint_bytes",

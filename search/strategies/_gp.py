@@ -22,10 +22,10 @@ _MIN_WINDOW = 20  # a window holds its best tenth, the most recent trials and a 
 
 class WindowedGPSampler(GPSampler):
     """:class:`optuna.samplers.GPSampler` (same keyword arguments, plus ``window``; see the
-    module docstring). ``window=None`` fits every trial, as Optuna does."""
+    module docstring). ``window=None`` (or 0) fits every trial, as Optuna does."""
 
     def __init__(self, *, window: int | None = None, **gp: Any) -> None:
-        if window is not None and window < _MIN_WINDOW:
+        if window and window < _MIN_WINDOW:  # (0, as None: every trial)
             raise ValueError(
                 f"window: must be >= {_MIN_WINDOW} (or 0 for every trial), got {window}"
             )

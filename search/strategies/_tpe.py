@@ -56,12 +56,12 @@ class DistinctTPESampler(TPESampler):
 
     ``window``: once more trials than this have finished, TPE is fitted on its "good" trials of
     the whole study (the best ``gamma``) plus the most recent others, ``window`` in all
-    (``search.strategies._window``); None fits every trial, as Optuna does."""
+    (``search.strategies._window``); None or 0 fits every trial, as Optuna does."""
 
     def __init__(self, *, space: spaces.Space, window: int | None = None, **tpe: Any) -> None:
         if not isinstance(space, spaces.Space):
             raise TypeError(f"space: expected a spaces.Space, got {type(space).__name__}")
-        if window is not None and window < _MIN_WINDOW:
+        if window and window < _MIN_WINDOW:  # (0, as None: every trial)
             raise ValueError(
                 f"window: must be >= {_MIN_WINDOW} (or 0 for every trial), got {window}"
             )
@@ -80,6 +80,10 @@ class DistinctTPESampler(TPESampler):
         # repeat), "unkeyed" (a parameter no finished trial has yet: not checkable), "moved"
         # (a repeat replaced by its nearest unseen neighbour).
         self._scalars = scalar_distributions(space)
+        # The dimensions that hold one value: Optuna leaves them out of every relative search
+        # space, so each proposal and EI candidate is completed with them before it is checked
+        # (without them none is a whole candidate, and the filter never applies).
+        self._fixed = _only_values(self._scalars)
         self.proposals: collections.Counter[str] = collections.Counter()
 
     def _key(self, params: dict[str, Any]) -> tuple[Any, ...] | None:
@@ -107,7 +111,7 @@ class DistinctTPESampler(TPESampler):
             params = super().sample_relative(study, trial, search_space)
             if not params:
                 return params
-            whole = _complete(params, search_space)
+            whole = self._fixed | params
             key = self._key(whole)
             self.proposals["keyed" if key is not None else "unkeyed"] += 1
             if key is None or key not in self._call.seen:
@@ -180,7 +184,7 @@ class DistinctTPESampler(TPESampler):
         names = [name for name in samples if name in dists]
         repeat = np.zeros(n, dtype=bool)
         for i in range(n):
-            params = chosen | {
+            params = self._fixed | chosen | {
                 name: dists[name].to_external_repr(samples[name][i].item()) for name in names
             }
             key = self._key(params)  # None until the groups so far make a whole network
@@ -190,17 +194,14 @@ class DistinctTPESampler(TPESampler):
         return np.where(repeat, -np.inf, values)
 
 
-def _complete(
-    params: dict[str, Any], search_space: dict[str, BaseDistribution]
-) -> dict[str, Any]:
-    """A merged relative proposal plus the parameters TPE leaves out of it because their
-    distribution holds one value."""
-    fixed = {
+def _only_values(dists: dict[str, BaseDistribution]) -> dict[str, Any]:
+    """The value of each distribution that holds one (a range or choices of one value): the
+    parameters TPE leaves out of its relative proposals."""
+    return {
         name: dist.to_external_repr(_only_value(dist))
-        for name, dist in search_space.items()
-        if name not in params and dist.single()
+        for name, dist in dists.items()
+        if dist.single()
     }
-    return params | fixed if fixed else params
 
 
 def _only_value(dist: BaseDistribution) -> float:

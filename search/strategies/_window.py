@@ -102,7 +102,7 @@ class Window:
                 item = (signs[0] * t.values[0], -t.number, t)
                 if len(self._heap) < self._capacity:
                     heapq.heappush(self._heap, item)
-                elif item[:2] > self._heap[0][:2]:
+                elif self._heap and item[:2] > self._heap[0][:2]:  # (best=0: none kept)
                     heapq.heapreplace(self._heap, item)
         if multi:
             top = self._front[-(size // 2):]

@@ -58,7 +58,7 @@ def main(out: str) -> None:
         with trainer.algorithm.consensus():
             before = trainer.evaluate(trainer.data.val)["loss"]
         r = trainer.train()
-        flat = np.concatenate([p.detach().reshape(-1).numpy() for p in trainer.model.parameters()])
+        flat = np.concatenate([p.detach().reshape(-1).cpu().numpy() for p in trainer.model.parameters()])
         spread = comm.allreduce(float(np.abs(flat - comm.bcast(flat, root=0)).max()), op=MPI.MAX)
         result["mlp"][algorithm] = {"before": before, "after": r.values["val_loss"],
                                     "accuracy": r.values["val_accuracy"], "counters": r.counters,

@@ -68,9 +68,9 @@ def main(out: str) -> None:
             with store.open_reader(epoch2) as f:
                 saved = torch.load(f, weights_only=True)["rank_states"]
         saved = comm.bcast(saved, root=0)
-        mine = np.concatenate([v.reshape(-1).numpy() for k, v in saved[comm.rank]["model"].items()])
+        mine = np.concatenate([v.reshape(-1).cpu().numpy() for k, v in saved[comm.rank]["model"].items()])
         restored = flat_parameters(resumed.model)
-        other = np.concatenate([v.reshape(-1).numpy() for v in saved[1 - comm.rank]["model"].values()])
+        other = np.concatenate([v.reshape(-1).cpu().numpy() for v in saved[1 - comm.rank]["model"].values()])
         resumed.algorithm.finish()  # this one never trains: free its windows
         if resumed.claims is not None:
             resumed.claims.close()

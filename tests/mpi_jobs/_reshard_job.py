@@ -82,7 +82,7 @@ def _momentum(opt: torch.optim.Optimizer) -> list[float]:
 
 
 def _flat(model_state: dict[str, torch.Tensor]) -> np.ndarray:
-    return np.concatenate([v.reshape(-1).numpy() for v in model_state.values()])
+    return np.concatenate([v.reshape(-1).cpu().numpy() for v in model_state.values()])
 
 
 def main(out: str) -> None:

@@ -15,6 +15,7 @@ import pytest
 from optuna.trial import TrialState
 
 from tests.cli_helpers import search_command
+from tests.mpi_helpers import expected_device
 from training.contract import open_storage
 
 pytestmark = pytest.mark.mpi
@@ -96,6 +97,7 @@ def test_study_runs_end_to_end_and_resumes(
             assert key in attrs, (t.number, key)
         assert attrs["ranks"] == t.params["ranks"] == 2
         assert attrs["algorithm"] == "sync"
+        assert attrs["device"] == expected_device()  # CUDA where there is one
         assert attrs["samples_per_s"] > 0
         assert sorted(t.intermediate_values) == list(range(1, attrs["epochs_run"] + 1))
         if t.state is TrialState.COMPLETE:

@@ -14,6 +14,7 @@ from typing import Any
 import optuna
 import pytest
 
+from tests.mpi_helpers import expected_device
 from training.contract import open_storage
 from training.launch import run_trial
 
@@ -53,6 +54,7 @@ def test_own_loop_completes_on_two_ranks_and_reads_each_sample_once_per_epoch(
     result = run_trial(_spec("record", tmp_path, epochs=2, params={"n": n, "batch": batch}))
     assert result["state"] == "complete", result.get("exit_reason")
     assert result["ranks"] == 2 and result["epochs_run"] == 2
+    assert result["device"] == expected_device()
     assert [row["epoch"] for row in result["history"]] == [1.0, 2.0]
     assert result["values"]["acc"] == pytest.approx(0.5)  # the last report is the trial's value
     assert result["values"]["loss"] > 0

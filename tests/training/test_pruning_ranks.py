@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import torch
 
 from tests.mpi_helpers import run_mpi_job
 
@@ -45,4 +46,5 @@ def test_a_pruned_run_resumes_from_its_checkpoint_with_taylor_sums(job: Any) -> 
     r = job["resume"]
     assert r["start_epoch"] == 3 and r["widths"][0] == r["widths"][1] == [8, 8, 16]
     assert r["resumed"] == pytest.approx(r["full"], abs=1e-9)
-    assert r["max_weight_difference"] <= 1e-6
+    # bit for bit on CPU; cuDNN's convolution backward is not, so float noise on a GPU
+    assert r["max_weight_difference"] <= (1e-5 if torch.cuda.is_available() else 1e-6)
