@@ -75,7 +75,10 @@ def test_function_objective_is_searched_pruned_and_its_errors_recorded(tmp_path:
         assert t.value == pytest.approx((t.params["x"] - 0.3) ** 2)
         assert sorted(t.intermediate_values) == [0, 1, 2, 3]
     for t in by_state[TrialState.PRUNED]:
-        assert len(t.intermediate_values) < 4
+        # stopped after a report past the warm-up step; the last report may be the last step
+        # (which trials finish first, and so the median, depends on the 2 running at once)
+        assert sorted(t.intermediate_values) == list(range(len(t.intermediate_values)))
+        assert 2 <= len(t.intermediate_values) <= 4
     for t in by_state[TrialState.FAIL]:
         assert t.params["kind"] == "broken"
         assert t.user_attrs["exit_reason"].startswith("RuntimeError: the broken kind (")
