@@ -195,6 +195,32 @@ OWN_TESTS: dict[str, list[str]] = {
         "tests/search/test_conditional_spaces.py",
         "tests/search/test_sampler_contract.py",
     ],
+    "spaces/_space.py": [
+        "tests/spaces/test_space_rules.py",
+        "tests/spaces/test_conditions.py",
+        "tests/spaces/test_dimensions.py",
+        "tests/search/test_conditional_spaces.py",
+    ],
+    "spaces/_dimensions.py": [
+        "tests/spaces/test_dimensions_rules.py",
+        "tests/spaces/test_dimensions.py",
+        "tests/spaces/test_conditions.py",
+        "tests/search/test_conditional_spaces.py",
+    ],
+    "spaces/_cell.py": [
+        "tests/spaces/test_cell_rules.py",
+        "tests/spaces/test_genome_cell.py",
+        "tests/spaces/test_genome_errors.py",
+        "tests/spaces/test_genome_decisions.py",
+        "tests/spaces/test_mutation_rules.py",
+        "tests/spaces/test_genome_families.py",
+        "tests/spaces/test_embedding.py",
+    ],
+    "spaces/_graph_features.py": [
+        "tests/spaces/test_graph_features_rules.py",
+        "tests/spaces/test_embedding_layout.py",
+        "tests/spaces/test_embedding.py",
+    ],
 }
 # tests marked mpi launch mpiexec: the mutant does not exist in those processes
 MARKERS = "not slow and not benchmark and not mpi"
