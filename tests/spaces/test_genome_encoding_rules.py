@@ -361,3 +361,11 @@ def test_stack_features_layer_by_layer() -> None:
     fixed = StackFamily(min_dense_layers=2, max_dense_layers=2, widths=(8, 32))
     names = genome_encoder(fixed, ("wl",), 2).names
     assert names == ("genome.dense0.width", "genome.dense1.width")
+
+
+def test_a_depth_is_placed_between_the_family_bounds() -> None:
+    e = genome_encoder(StackFamily(min_dense_layers=1, max_dense_layers=3), ("wl",), 2)
+    depth = e.names.index("genome.dense_layers")
+    for n, expect in ((1, 0.0), (2, 0.5), (3, 1.0)):
+        g = StackGenome(layers=(Layer(kind="dense", width=32),) * n)
+        assert e(g)[depth] == expect
