@@ -79,6 +79,27 @@ OWN_TESTS: dict[str, list[str]] = {
         "tests/spaces/test_embedding_layout.py",
         "tests/spaces/test_embedding.py",
     ],
+    "spaces/_stack.py": [
+        "tests/spaces/test_stack_rules.py",
+        "tests/spaces/test_genome_decisions.py",
+        "tests/spaces/test_genome_errors.py",
+        "tests/spaces/test_genome_families.py",
+        "tests/spaces/test_mutation_rules.py",
+        "tests/spaces/test_embedding.py",
+    ],
+    "spaces/_macro.py": [
+        "tests/spaces/test_macro_rules.py",
+        "tests/spaces/test_genome_decisions.py",
+        "tests/spaces/test_genome_errors.py",
+        "tests/spaces/test_genome_families.py",
+        "tests/spaces/test_mutation_rules.py",
+        "tests/spaces/test_embedding.py",
+    ],
+    "spaces/_genome_encoding.py": [
+        "tests/spaces/test_genome_encoding_rules.py",
+        "tests/spaces/test_embedding_layout.py",
+        "tests/spaces/test_embedding.py",
+    ],
     "search/pruners/_promotion.py": [
         "tests/search/test_promotion.py",
         "tests/search/test_promotion_replayed.py",
