@@ -210,3 +210,63 @@ def test_a_bad_checkpoint_is_one_error_on_every_rank(tmp_path: Path) -> None:
     torch.save({"format": FORMAT, "pickled": Path("x")}, tmp_path / "evil")
     with pytest.raises(CheckpointError, match="cannot resume from checkpoint evil: .*[Ww]eights"):
         reader.load("evil", CONFIG)  # only tensors and plain data are read back
+
+
+def test_a_pool_keeps_each_save_in_memory_and_restores_copies_of_it(
+    tmp_path: Path, clock: list[float]
+) -> None:
+    """A warm pool's rank 0 (training._regroup's shelf): a save is kept in memory too, linked on
+    the trial, and a continuation restores it with no file read back, as copies, on any width."""
+    shelf: dict[str, dict[str, Any]] = {}
+    linked: list[tuple[str, dict[str, Any]]] = []
+    store = Store(tmp_path)
+    comm = Comm(0, 2, [{"w": torch.ones(2), "algorithm": {"rng": 1}}])
+    ck = Checkpointer(CheckpointPlan(store=str(tmp_path), keep=2), comm, upload=store.upload,
+                      download=store.download, memory=shelf,
+                      link=lambda aid, header: linked.append((aid, header)))
+    assert (ck.restored_from, ck.restore_seconds) == ("", 0.0)
+    live = {"w": torch.zeros(2), "algorithm": {"rng": 0}}
+    header = {"epoch": 2, "ranks": 2, "config": CONFIG, "reshard": True}
+    aid = ck.save(header, live)
+    assert linked == [(aid, header)]
+    assert [s["w"].tolist() for s in shelf[aid]["rank_states"]] == [[0.0, 0.0], [1.0, 1.0]]
+    live["w"] += 5.0  # the trainer trains on: the kept state is a copy
+    assert shelf[aid]["rank_states"][0]["w"].tolist() == [0.0, 0.0]
+    clock[0] = 10.0
+    got_header, mine = ck.load(aid, CONFIG)
+    assert ck.restored_from == "memory" and store.downloaded == []  # no file read back
+    assert ck.restore_seconds == 1.0  # one tick of the clock: the load's own time
+    assert got_header["epoch"] == 2 and mine["w"].tolist() == [0.0, 0.0]
+    mine["w"] += 1.0  # the restored state is a copy too: the shelf keeps its own
+    assert shelf[aid]["rank_states"][0]["w"].tolist() == [0.0, 0.0]
+    # the same checkpoint on one rank: resharded from the kept states (the algorithm's own)
+    one = Checkpointer(CheckpointPlan(store=str(tmp_path)), Comm(0, 1, []), memory=shelf,
+                       download=store.download)
+    _, merged = one.load(aid, CONFIG)
+    assert one.restored_from == "memory" and merged["w"].tolist() == [0.5, 0.5]
+    # an id the shelf does not hold is read from the store
+    other = Checkpointer(CheckpointPlan(store=str(tmp_path)), Comm(0, 2, [None]),
+                         download=store.download, memory={})
+    _, from_file = other.load(aid, CONFIG)
+    assert other.restored_from == "store" and store.downloaded[-1][0] == aid
+    assert from_file["w"].tolist() == [0.0, 0.0]
+
+
+def test_a_file_restores_on_the_cpu_as_plain_tensors(tmp_path: Path, clock: list[float]) -> None:
+    store = Store(tmp_path)
+    ck = Checkpointer(CheckpointPlan(store=str(tmp_path)), Comm(0, 1, []), upload=store.upload,
+                      download=store.download)
+    aid = ck.save({"epoch": 1, "ranks": 1, "config": CONFIG}, {"w": torch.arange(3.0)})
+    loads: list[dict[str, Any]] = []
+    real = torch.load
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        loads.append(kwargs)
+        return real(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ckpt.torch, "load", spy)
+        _, mine = ck.load(aid, CONFIG)
+    assert ck.restored_from == "store" and mine["w"].tolist() == [0.0, 1.0, 2.0]
+    # a GPU run's checkpoint resumes on a machine without one; and no pickled code runs
+    assert loads == [{"map_location": "cpu", "weights_only": True}]
