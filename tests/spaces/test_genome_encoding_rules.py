@@ -5,7 +5,6 @@ vectors can be worked out by hand."""
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 import numpy as np
@@ -23,10 +22,7 @@ from spaces import (
     StackGenome,
 )
 from spaces._genome_encoding import _product, _unit, genome_encoder, parse_kind
-
-
-def refused(message: str) -> Any:
-    return pytest.raises(ValueError, match="^" + re.escape(message) + "$")
+from tests.spaces.rules_helpers import refused
 
 
 def features(encoder: Any, genome: Any) -> dict[str, float]:

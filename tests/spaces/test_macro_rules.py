@@ -5,34 +5,11 @@ reads back, and which DAGs belong to a family."""
 
 from __future__ import annotations
 
-import re
-from typing import Any
-
 import numpy as np
 import optuna
-import pytest
 
 from spaces import CellFamily, MacroFamily, MacroGenome, MacroNode, genome_from_json, make_family
-
-
-class Recorder:
-    """Decisions that answer from a table and record each question in order."""
-
-    def __init__(self, answers: dict[str, Any]) -> None:
-        self.answers = answers
-        self.asked: list[tuple[str, Any]] = []
-
-    def categorical(self, name: str, choices: Any) -> Any:
-        self.asked.append((name, tuple(choices)))
-        return self.answers.get(name, choices[-1])
-
-    def integer(self, name: str, low: int, high: int) -> int:
-        self.asked.append((name, (low, high)))
-        return self.answers.get(name, high)
-
-
-def refused(message: str) -> Any:
-    return pytest.raises(ValueError, match="^" + re.escape(message) + "$")
+from tests.spaces.rules_helpers import Recorder, refused
 
 
 def conv(width: int, *inputs: int, kernel: int = 3) -> MacroNode:
