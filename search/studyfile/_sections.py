@@ -24,6 +24,7 @@ from pydantic import (
 from search._errors import StudyError, pydantic_message, words
 from search.clusters._base import DEFAULT_WORKER_TIMEOUT, Adapt
 from search.clusters._plans import BACKENDS, check_backend_options
+from search.strategies._auto import AUTO
 from search.strategies._registry import (
     PRUNER_OPTIONS,
     PRUNERS,
@@ -126,12 +127,27 @@ _COMMON_OPTIONS = {"name", "seed", "warm_start", "warm_start_top"}
 DEFAULT_WARM_START_TOP = 5
 
 
+def _not_an_option(name: str, key: str, allowed: set[str]) -> str:
+    """Why ``key`` is refused for strategy ``name``; for ``auto`` (also the default, when no
+    name is given), which strategies read it, so the user can name one."""
+    if name != AUTO:
+        return (f"not an option of the {name!r} strategy "
+                f"(its options: {words(sorted(allowed)) or 'none'})")
+    readers = [n for n, options in STRATEGY_OPTIONS.items() if key in options]
+    return (f"not an option of the 'auto' strategy (the default: it picks the strategy by the "
+            f"space and takes no options); name the strategy to set it, e.g. name = "
+            f"\"{readers[0]}\" (read by {words(readers)})" if readers else
+            "not an option of the 'auto' strategy (the default: it picks the strategy by the "
+            "space and takes no options)")
+
+
 class Strategy(_Strict):
     """The sampler. Each strategy reads only its own options (left out: its tuned default, see
     ``STRATEGY_OPTIONS``); any other key is an error."""
 
     name: Annotated[str, _one_of(STRATEGIES, "strategy")] = Field(
-        "tpe", description="the sampler (reference: strategies and pruners)"
+        AUTO, description="the sampler (reference: strategies and pruners); the default, "
+        "'auto', picks one by the space (docs/strategies.md, 'Which strategy: auto')"
     )
     seed: int | None = Field(None, description="the sampler's seed (left out: a random one)")
     startup_trials: int | None = Field(
@@ -194,11 +210,7 @@ class Strategy(_Strict):
     def _own_options(self) -> Strategy:
         allowed = set(STRATEGY_OPTIONS[self.name])
         problems = [
-            StudyError(
-                f"strategy.{key}",
-                f"not an option of the {self.name!r} strategy "
-                f"(its options: {words(sorted(allowed)) or 'none'})",
-            )
+            StudyError(f"strategy.{key}", _not_an_option(self.name, key, allowed))
             for key in sorted(self.model_fields_set - _COMMON_OPTIONS - allowed)
         ]
         if self.warm_start_top is not None and not self.warm_start:

@@ -85,3 +85,47 @@ def test_search_run_s_header_says_what_auto_runs() -> None:
     old = optuna.create_study()
     old.set_user_attr(STRATEGY_ATTR, "tpe")
     assert "; auto (tpe), " in _header(Plan(sf, "s.journal", 10, 1, None, None, old))
+
+
+def _no_strategy_file() -> Any:
+    return parse_study({"name": "auto", "objective": "flat:kc1", "metric": "val_acc",
+                        "direction": "maximize", "pruner": "none",
+                        "space": {"alpha": {"type": "int", "low": 0, "high": 9}}})
+
+
+def test_a_study_file_that_names_no_strategy_runs_auto() -> None:
+    sf = _no_strategy_file()
+    assert sf.strategy.name == "auto"
+    study = open_study(sf, optuna.storages.InMemoryStorage())
+    assert study.user_attrs[STRATEGY_ATTR] == choose(sf.search_space, ["maximize"]) == "predictor"
+    assert type(study.sampler).__name__ == "PredictorSampler"
+
+
+def test_a_study_made_under_the_old_default_resumes_with_tpe_and_says_the_file_changed() -> None:
+    from search.driver._study import CHANGES_ATTR, _stored_form
+
+    # what a detol of the tpe default stored for a file that named no strategy
+    old = optuna.create_study(direction="maximize")
+    old.set_user_attr(STUDY_ATTR, _stored_form(_study_file({"name": "tpe"})))
+    old.set_metric_names(["val_acc"])
+    storage = old._storage  # noqa: SLF001
+    old_name = old.study_name
+    sf = _no_strategy_file().model_copy(update={"name": old_name})
+    resumed = open_study(sf, storage)
+    assert resumed.user_attrs[STRATEGY_ATTR] == "tpe"
+    assert isinstance(resumed.sampler, optuna.samplers.TPESampler)
+    [change] = resumed.user_attrs[CHANGES_ATTR]
+    assert change["changes"] == ['strategy.name changed from "tpe" to "auto"']
+
+
+def test_an_option_without_a_strategy_name_says_which_strategies_read_it() -> None:
+    with pytest.raises(StudyError, match=r"^strategy\.population: not an option of the 'auto' "
+                       r"strategy \(the default: it picks the strategy by the space and takes no "
+                       r"options\); name the strategy to set it, e\.g\. name = \"evolution\" "
+                       r"\(read by evolution, nsga2\)$"):
+        parse_study({"name": "x", "metric": "val_accuracy", "pruner": "none",
+                     "strategy": {"population": 8}})
+    with pytest.raises(StudyError, match=r"^strategy\.startup_trials: .* \(read by tpe, gp, "
+                       r"predictor\)$"):
+        parse_study({"name": "x", "metric": "val_accuracy", "pruner": "none",
+                     "strategy": {"startup_trials": 8}})

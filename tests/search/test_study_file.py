@@ -14,7 +14,7 @@ from search.studyfile._study_file import StudyFile
 def test_defaults_and_inferred_directions() -> None:
     sf = parse_study({"name": "x", "metric": ["val_accuracy", "n_params"], "pruner": "none"})
     assert sf.directions == ["maximize", "minimize"]
-    assert sf.strategy.name == "tpe" and sf.training.ranks == 2
+    assert sf.strategy.name == "auto" and sf.training.ranks == 2
     assert sf.launcher.command == "mpiexec -n {ranks}"
 
 
