@@ -120,6 +120,16 @@ def _timed(sampler: Any) -> list[float]:
     return spent
 
 
+def peers_python(path: str) -> str:
+    """The peers' Python as an absolute path (a peer runs with the project root as its
+    directory, so a path relative to where flat.py was started would miss); not resolved: a
+    venv's python is a link out of the venv, and only the link finds the venv's packages."""
+    if not os.path.isfile(path):
+        raise ValueError(f"no such file {path!r} (benchmarks/peers_venv.sh makes the peers' "
+                         "environment)")
+    return os.path.abspath(path)
+
+
 def run_ours(job: Job) -> dict[str, Any]:
     import optuna
 
@@ -363,6 +373,11 @@ def main(argv: list[str] | None = None) -> int:
     if venv_peers and not args.peers_python:
         p.error(f"--peers-python: {venv_peers} run in their own environment; give its python "
                 "(or leave them out of --strategies)")
+    if args.peers_python:
+        try:
+            args.peers_python = peers_python(args.peers_python)
+        except ValueError as exc:
+            p.error(f"--peers-python: {exc}")
     seeds = args.seeds or (2 if args.quick else SEEDS)
     capped = {k: int(v) for k, _, v in (x.partition("=") for x in args.seeds_of)}
     modes = args.modes or (["sequential"] if args.quick else list(MODES))

