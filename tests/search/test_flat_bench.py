@@ -123,3 +123,32 @@ def test_the_peers_python_is_found_from_any_directory_and_a_missing_one_is_refus
         flat.peers_python("venv/bin/nope")
     with pytest.raises(SystemExit):
         flat.main(["--strategies", "hebo", "--peers-python", "venv/bin/nope"])
+
+
+def test_every_mean_and_gap_is_also_given_without_the_table_of_ties(bench):
+    flat, _ = bench
+    assert flat.TIED == ("car",)
+
+    def run(tb, seed, conc, regret):
+        return {"optimizer": "predictor", "table": tb, "seed": seed, "concurrency": conc,
+                "regret": regret, "regret_at_50": regret, "ms_per_eval": 1.0, "load1": 1.0,
+                "error": None}
+
+    regret = {("kc1", 1): (1.0, 2.0), ("kc1", 8): (1.5, 2.5), ("car", 1): (100.0, 200.0),
+              ("car", 8): (300.0, 400.0)}
+    runs = [run(tb, s, c, regret[tb, c][s]) for tb, c in regret for s in (0, 1)]
+    out = flat.summarise(runs, ["kc1", "car"], ["predictor"])["predictor"]
+    assert out["sequential"]["mean"]["regret"] == pytest.approx(75.75)
+    assert out["sequential"]["mean_without_car"]["regret"] == pytest.approx(1.5)
+    assert out["sequential"]["mean_without_car"]["tables"] == 1
+    assert out["gap"]["regret"] == pytest.approx(100.25)
+    assert out["gap_mean_without_car"]["regret"] == pytest.approx(0.5)
+    doc = {"settings": {"tables": ["kc1", "car"]},
+           "yardsticks": {"kc1": {"random_100_noisy_regret": 2.0},
+                          "car": {"random_100_noisy_regret": 14.0}},
+           "results": {"predictor": out}}
+    text = flat.markdown(doc)
+    assert "| mean ± se | without car | ms/eval |" in text
+    assert "| 75.75 ± 25.00 | 1.50 ± 0.50 | 1 |" in text  # se: sqrt(0.5² + 50²) / 2; kc1 0.5
+    assert "| 8.00 | 2.00 | |" in text  # random search: over both, and over kc1 alone
+    assert "predictor +100.25 ± 0.00 (without car: +0.50 ± 0.00), 2 seeds" in text
