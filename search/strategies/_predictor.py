@@ -98,6 +98,7 @@ class PredictorSampler(ProposalSampler):
         seed: int | None = None,
     ) -> None:
         super().__init__(space=space, seed=seed)
+        window = window or None  # 0, as None: every trial (what the error below says)
         if window is not None and window < _MIN_WINDOW:
             raise ValueError(
                 f"window: must be >= {_MIN_WINDOW} (or 0 for every trial), got {window}"

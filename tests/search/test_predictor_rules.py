@@ -74,6 +74,11 @@ def test_bad_options_are_one_line_errors(options: dict[str, Any], message: str) 
         PredictorSampler(space=FLAT, **options)
 
 
+def test_window_0_is_every_trial_as_its_error_says() -> None:
+    every, none = PredictorSampler(space=FLAT, window=0), PredictorSampler(space=FLAT, window=None)
+    assert every._window is None and none._window is None  # noqa: SLF001
+
+
 def test_the_edges_of_the_options_are_accepted() -> None:
     study = _study(
         window=20, startup_trials=1, candidates=1, parents=1, beta=0.0, acquisition="ucb"
