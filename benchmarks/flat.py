@@ -161,6 +161,7 @@ def run_ours(job: Job) -> dict[str, Any]:
 def run_job(job: Job, peers_python: str | None) -> dict[str, Any]:
     """One run, scored; a run that failed carries its exact error (never raised)."""
     from search.simulated import _flat
+    from training._launcher import die_with_parent
 
     out: dict[str, Any] = {**asdict(job), "error": None}
     try:
@@ -170,7 +171,8 @@ def run_job(job: Job, peers_python: str | None) -> dict[str, Any]:
             proc = subprocess.run(
                 [peers_python, str(ROOT / "benchmarks/_common/flat_peers.py"), job.optimizer,
                  job.table, str(job.seed), str(job.evaluations)],
-                capture_output=True, text=True, cwd=ROOT, check=False)
+                capture_output=True, text=True, cwd=ROOT, check=False,
+                preexec_fn=die_with_parent)  # a killed benchmark leaves no peer running
             if proc.returncode:
                 raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip()
                                    else f"exit {proc.returncode}")

@@ -3,6 +3,7 @@ appended to a JSON-lines file as it ends, none submitted after a time budget."""
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 import time
@@ -10,6 +11,16 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
+
+
+def _init(initializer: Callable[[], None] | None) -> None:
+    """A pool process ends with the benchmark that started it (SIGTERM when its parent dies,
+    as the launcher's ranks do): a benchmark killed mid-run leaves no worker computing on."""
+    from training._launcher import die_with_parent
+
+    die_with_parent()
+    if initializer is not None:
+        initializer()
 
 
 def run_jobs(jobs: list[Any], run_job: Callable[[Any], dict[str, Any]], *, workers: int,
@@ -22,7 +33,8 @@ def run_jobs(jobs: list[Any], run_job: Callable[[Any], dict[str, Any]], *, worke
     started = time.perf_counter()
     pending = list(reversed(jobs))
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=initializer) as pool:
+    with ProcessPoolExecutor(workers, mp_context=ctx,
+                             initializer=functools.partial(_init, initializer)) as pool:
         running: set[Any] = set()
         while pending or running:
             late = max_minutes is not None and time.perf_counter() - started > 60 * max_minutes
