@@ -134,11 +134,12 @@ def _not_an_option(name: str, key: str, allowed: set[str]) -> str:
         return (f"not an option of the {name!r} strategy "
                 f"(its options: {words(sorted(allowed)) or 'none'})")
     readers = [n for n, options in STRATEGY_OPTIONS.items() if key in options]
-    return (f"not an option of the 'auto' strategy (the default: it picks the strategy by the "
-            f"space and takes no options); name the strategy to set it, e.g. name = "
-            f"\"{readers[0]}\" (read by {words(readers)})" if readers else
-            "not an option of the 'auto' strategy (the default: it picks the strategy by the "
-            "space and takes no options)")
+    why = ("not an option of the 'auto' strategy (the default: it picks the strategy by the "
+           "space and takes no options)")
+    if not readers:
+        return why
+    return f"{why}; name the strategy to set it, e.g. name = \"{readers[0]}\" " \
+        f"(read by {words(readers)})"
 
 
 class Strategy(_Strict):
