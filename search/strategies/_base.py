@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import math
+import weakref
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -42,6 +44,25 @@ GENOME = "genome"  # the name a genome family has in a study's space
 Chooser = Callable[[np.random.Generator, str, BaseDistribution], Any]
 
 _ALL_STATES = (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING, TrialState.PRUNED)
+
+# storage object -> a number, in this process (study_key)
+_STORAGES: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+_STORAGE_NUMBERS = itertools.count()
+
+
+def study_key(study: Study) -> tuple[int, int]:
+    """A study's identity for a sampler's caches: its storage object (numbered in this process)
+    and its id. The id alone is not one: every in-memory storage's first study has id 0, and a
+    sampler given to two such studies modelled the first one's trials in the second. Another
+    storage object for the same study (a resumed run) is a fresh key: the caches rebuild."""
+    storage = study._storage  # noqa: SLF001
+    try:
+        number = _STORAGES.get(storage)
+        if number is None:
+            number = _STORAGES[storage] = next(_STORAGE_NUMBERS)
+    except TypeError:  # a storage that is not hashable or weakly referenceable: its id
+        number = id(storage)
+    return number, study._study_id  # noqa: SLF001
 
 
 def uniform_choice(rng: np.random.Generator, name: str, dist: BaseDistribution) -> Any:
@@ -209,9 +230,10 @@ class KeyCache:
     trials those were; per unfinished trial, its key with the parameter count it came from."""
 
     def __init__(self) -> None:
-        self.done: dict[int, set[int]] = {}  # study id -> ids of complete / pruned trials seen
-        self.final: dict[int, set[tuple[Any, ...]]] = {}  # study id -> their candidate keys
-        self.open: dict[tuple[int, int], tuple[int, tuple[Any, ...] | None]] = {}
+        # study (study_key) -> ids of its complete / pruned trials seen; -> their candidate keys
+        self.done: dict[tuple[int, int], set[int]] = {}
+        self.final: dict[tuple[int, int], set[tuple[Any, ...]]] = {}
+        self.open: dict[tuple[tuple[int, int], int], tuple[int, tuple[Any, ...] | None]] = {}
 
 
 _FINAL = frozenset((TrialState.COMPLETE, TrialState.PRUNED))
@@ -229,7 +251,7 @@ def seen_keys(
     key is computed once and kept in ``cache.final``; a running or waiting trial's parameters
     only grow (define-by-run), so its key is cached with the parameter count it came from. A
     proposal at 10,000 trials computes the keys of the trials that changed since the last one."""
-    sid = study._study_id  # noqa: SLF001
+    sid = study_key(study)
     done = cache.done.setdefault(sid, set())
     final = cache.final.setdefault(sid, set())
     running: set[tuple[Any, ...]] = set()
@@ -284,14 +306,14 @@ class CompleteSoFar:
 
     def __init__(self, keep: Callable[[Study, FrozenTrial], bool] | None = None) -> None:
         self._keep = keep
-        self._seen: dict[int, set[int]] = {}  # study id -> trial ids looked at
-        self._by_finish: dict[int, list[FrozenTrial]] = {}
-        self._by_number: dict[int, list[FrozenTrial]] = {}
+        self._seen: dict[tuple[int, int], set[int]] = {}  # study_key -> trial ids looked at
+        self._by_finish: dict[tuple[int, int], list[FrozenTrial]] = {}
+        self._by_number: dict[tuple[int, int], list[FrozenTrial]] = {}
 
     def __call__(
         self, study: Study
     ) -> tuple[list[FrozenTrial], list[FrozenTrial], list[FrozenTrial]]:
-        sid = study._study_id  # noqa: SLF001
+        sid = study_key(study)
         seen = self._seen.setdefault(sid, set())
         by_finish = self._by_finish.setdefault(sid, [])
         by_number = self._by_number.setdefault(sid, [])
@@ -326,11 +348,12 @@ class LatestComplete:
 
     def __init__(self, size: int) -> None:
         self._size = size
-        self._seen: dict[int, set[int]] = {}  # study id -> trial numbers looked at
-        self._heap: dict[int, list[tuple[Any, int, FrozenTrial]]] = {}  # (finished, number, t)
+        self._seen: dict[tuple[int, int], set[int]] = {}  # study_key -> trial numbers looked at
+        # study_key -> its heap of (finished, number, trial)
+        self._heap: dict[tuple[int, int], list[tuple[Any, int, FrozenTrial]]] = {}
 
     def __call__(self, study: Study) -> list[FrozenTrial]:
-        sid = study._study_id  # noqa: SLF001
+        sid = study_key(study)
         seen = self._seen.setdefault(sid, set())
         heap = self._heap.setdefault(sid, [])
         for t in trials_of_this_ask(study, (TrialState.COMPLETE,)):
@@ -366,7 +389,7 @@ class ProposalSampler(optuna.samplers.BaseSampler):
         entropy = int(np.random.SeedSequence().entropy)  # type: ignore[arg-type]
         self._seed = entropy % 2**63 if seed is None else seed
         self._random = optuna.samplers.RandomSampler(seed=seed)
-        self._proposals: dict[int, dict[str, Any]] = {}
+        self._proposals: dict[tuple[tuple[int, int], int], dict[str, Any]] = {}  # (study, trial id)
         self._keys = KeyCache()
 
     @abstractmethod
@@ -418,12 +441,13 @@ class ProposalSampler(optuna.samplers.BaseSampler):
     ) -> Any:
         self._raise_error_if_multi_objective(study)
         tid = trial._trial_id  # noqa: SLF001
-        proposal = self._proposals.get(tid)  # a local: other threads may clear the cache
+        where = (study_key(study), tid)
+        proposal = self._proposals.get(where)  # a local: other threads may clear the cache
         if proposal is None:
             if len(self._proposals) > 10_000:  # trials asked but never told (crashed callers)
                 self._proposals.clear()
             proposal = self.propose(study, trial, trial_seed(self._seed, trial.number))
-            self._proposals[tid] = proposal
+            self._proposals[where] = proposal
         if param_name in proposal:
             value = proposal[param_name]
             try:
@@ -442,4 +466,4 @@ class ProposalSampler(optuna.samplers.BaseSampler):
         state: TrialState,
         values: Sequence[float] | None,
     ) -> None:
-        self._proposals.pop(trial._trial_id, None)  # noqa: SLF001
+        self._proposals.pop((study_key(study), trial._trial_id), None)  # noqa: SLF001

@@ -15,6 +15,7 @@ from optuna.samplers import GPSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial
 
+from search.strategies._base import study_key
 from search.strategies._window import Window
 
 _MIN_WINDOW = 20  # a window holds its best tenth, the most recent trials and a few running ones
@@ -31,7 +32,7 @@ class WindowedGPSampler(GPSampler):
             )
         super().__init__(**gp)
         self._window = window
-        self._windows: dict[int, Window] = {}  # study id -> its window
+        self._windows: dict[tuple[int, int], Window] = {}  # study_key -> its window
 
     def _sample_relative_impl(
         self,
@@ -41,7 +42,7 @@ class WindowedGPSampler(GPSampler):
         search_space: dict[str, BaseDistribution],
     ) -> dict[str, Any]:
         if self._window:
-            kept = self._windows.setdefault(study._study_id, Window())  # noqa: SLF001
+            kept = self._windows.setdefault(study_key(study), Window())
             completed_trials = kept.pick(
                 study, completed_trials, size=self._window, best=self._window // 10
             )

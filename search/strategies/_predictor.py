@@ -41,6 +41,7 @@ from search.strategies._base import (
     draw,
     scalar_distributions,
     sign,
+    study_key,
     trial_seed,
     trials_of_this_ask,
     uniform_choice,
@@ -130,8 +131,8 @@ class PredictorSampler(ProposalSampler):
         self._acquisition = ACQUISITIONS[acquisition]
         self._beta = beta
         self._scalars = scalar_distributions(space)
-        self._vectors: dict[tuple[int, int], tuple[int, np.ndarray]] = {}
-        self._trial_keys: dict[tuple[int, int], tuple[int, tuple[Any, ...] | None]] = {}
+        self._vectors: dict[tuple[tuple[int, int], int], tuple[int, np.ndarray]] = {}
+        self._trial_keys: dict[tuple[tuple[int, int], int], tuple[int, tuple[Any, ...] | None]] = {}
         self._by_key: dict[tuple[Any, ...] | None, np.ndarray] = {}
         self._pools: dict[tuple[Any, ...] | None, list[_Known]] = {}
         # the warm-start points (key, params), their vectors and normal scores; a model of them
@@ -141,7 +142,7 @@ class PredictorSampler(ProposalSampler):
         # best tenth of all complete trials + the most recent, believing at most window/10
         # running trials (the most recently started); None fits every trial.
         self._window = window
-        self._windows: dict[int, Window] = {}  # study id -> its window
+        self._windows: dict[tuple[int, int], Window] = {}  # study_key -> its window
         # the complete trials with a candidate key, kept incrementally (no O(n) work per ask
         # beyond Optuna's listing of the trials)
         self._complete = CompleteSoFar(lambda study, t: self._trial_key(study, t) is not None)
@@ -194,7 +195,7 @@ class PredictorSampler(ProposalSampler):
         seen = self.seen_keys(study, exclude=trial._trial_id)  # noqa: SLF001 (caches the keys)
         done, by_number, fresh = self._complete(study)
         if self._window and len(done) > self._window:
-            kept = self._windows.setdefault(study._study_id, Window())  # noqa: SLF001
+            kept = self._windows.setdefault(study_key(study), Window())
             done = kept.pick(
                 study, by_number, size=self._window, best=self._window // 10, fresh=fresh
             )
@@ -333,7 +334,7 @@ class PredictorSampler(ProposalSampler):
     def _trial_key(self, study: Study, t: FrozenTrial) -> tuple[Any, ...] | None:
         """A trial's candidate key, cached per trial with its parameter count (parameters only
         grow, never change)."""
-        where = (study._study_id, t._trial_id)  # noqa: SLF001
+        where = (study_key(study), t._trial_id)  # noqa: SLF001
         hit = self._trial_keys.get(where)
         if hit is not None and hit[0] == len(t.params):
             return hit[1]
@@ -347,7 +348,7 @@ class PredictorSampler(ProposalSampler):
         """A trial's embedding, cached per trial (parameters only grow, never change). A
         trial from before ``[space]`` was edited has what it lacks drawn (seeded by its
         number)."""
-        where = (study._study_id, t._trial_id)  # noqa: SLF001
+        where = (study_key(study), t._trial_id)  # noqa: SLF001
         hit = self._vectors.get(where)
         if hit is not None and hit[0] == len(t.params):
             return hit[1]

@@ -45,6 +45,7 @@ from search.strategies._base import (
     draw,
     from_unit,
     sign,
+    study_key,
     to_unit,
 )
 
@@ -202,7 +203,7 @@ class ReinforceSampler(ProposalSampler):
         # per study: the trial numbers replayed so far (in order) and the policy they gave;
         # replaying updates that policy in place, so one thread at a time (optimize(n_jobs>1))
         self._lock = threading.Lock()
-        self._replayed: dict[int, tuple[list[int], Policy]] = {}
+        self._replayed: dict[tuple[int, int], tuple[list[int], Policy]] = {}
 
     def policy(self, study: Study) -> Policy:
         """The policy after replaying the study's COMPLETE trials (incrementally cached)."""
@@ -211,7 +212,7 @@ class ReinforceSampler(ProposalSampler):
 
     def _replay(self, study: Study) -> Policy:
         done = complete_in_order(study)
-        numbers, policy = self._replayed.get(study._study_id, ([], Policy(self._bins)))  # noqa: SLF001
+        numbers, policy = self._replayed.get(study_key(study), ([], Policy(self._bins)))
         if [t.number for t in done[: len(numbers)]] != numbers:  # history changed: replay all
             numbers, policy = [], Policy(self._bins)
         s = sign(study)
@@ -228,7 +229,7 @@ class ReinforceSampler(ProposalSampler):
                 weight=self._weight(policy, taken, t) if self._weights else 1.0,
             )
             numbers.append(t.number)
-        self._replayed[study._study_id] = (numbers, policy)  # noqa: SLF001
+        self._replayed[study_key(study)] = (numbers, policy)
         return policy
 
     @staticmethod

@@ -39,6 +39,7 @@ from search.strategies._base import (
     consistent,
     scalar_distributions,
     seen_keys,
+    study_key,
     with_genome,
 )
 from search.strategies._evolution import _TRIES, _WIDEN, mutate_params
@@ -70,7 +71,7 @@ class DistinctTPESampler(TPESampler):
             self._group_decomposed_search_space = IncrementalGroupSpace(True)
         self._space = space
         self._window = window
-        self._windows: dict[int, Window] = {}  # study id -> its window
+        self._windows: dict[tuple[int, int], Window] = {}  # study_key -> its window
         self._keys: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}
         self._trial_keys = KeyCache()
         # What one trial's sample needs (seen keys, its distributions), per thread: a user may
@@ -154,7 +155,7 @@ class DistinctTPESampler(TPESampler):
             return study
         multi = len(study.directions) > 1
         gamma = self._gamma or (default_gamma_multiobjective if multi else default_gamma)
-        picked = self._windows.setdefault(study._study_id, Window()).pick(  # noqa: SLF001
+        picked = self._windows.setdefault(study_key(study), Window()).pick(
             study, trials, size=self._window, best=gamma(len(trials))
         )
         return WindowedStudy(study, picked + running[-(self._window // 10):])

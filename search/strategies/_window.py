@@ -27,6 +27,8 @@ from optuna.search_space.group_decomposed import _GroupDecomposedSearchSpace, _S
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from search.strategies._base import study_key
+
 
 class WindowedStudy:
     """``study`` as a model-based sampler sees it: ``_get_trials`` answers from ``trials`` (the
@@ -131,17 +133,16 @@ class Window:
 
 class IncrementalGroupSpace(_GroupDecomposedSearchSpace):
     """Optuna's grouped search space, adding each finished trial's distributions once (see the
-    module docstring)."""
+    module docstring), kept per study (``study_key``): where Optuna's refuses a second study of
+    its storage and mixes two in-memory studies (both have id 0), a sampler given to several
+    studies gets each one's own groups."""
 
     def __init__(self, include_pruned: bool = False) -> None:
         super().__init__(include_pruned)
-        self._added: set[int] = set()
+        self._studies: dict[tuple[int, int], tuple[_SearchSpaceGroup, set[int]]] = {}
 
     def calculate(self, study: Study, use_cache: bool = False) -> _SearchSpaceGroup:
-        if self._study_id is None:
-            self._study_id = study._study_id  # noqa: SLF001
-        elif self._study_id != study._study_id:  # noqa: SLF001
-            raise ValueError("`_GroupDecomposedSearchSpace` cannot handle multiple studies.")
+        groups, added = self._studies.setdefault(study_key(study), (_SearchSpaceGroup(), set()))
         states = (
             (TrialState.COMPLETE, TrialState.PRUNED)
             if self._include_pruned
@@ -151,7 +152,7 @@ class IncrementalGroupSpace(_GroupDecomposedSearchSpace):
             deepcopy=False, states=states, use_cache=use_cache
         )
         for trial in trials:
-            if trial.number not in self._added:
-                self._added.add(trial.number)
-                self._search_space.add_distributions(trial.distributions)
-        return copy.deepcopy(self._search_space)
+            if trial.number not in added:
+                added.add(trial.number)
+                groups.add_distributions(trial.distributions)
+        return copy.deepcopy(groups)

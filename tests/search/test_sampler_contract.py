@@ -143,6 +143,29 @@ def test_reseed_rng_changes_what_is_proposed(name: str) -> None:
     assert proposals(True) != proposals(False)
 
 
+@pytest.mark.parametrize("name", ("evolution", "reinforce", "predictor"))
+def test_a_sampler_given_to_a_second_in_memory_study_proposes_as_a_fresh_one(name: str) -> None:
+    """Every in-memory storage's first study has id 0 (and trial ids 0, 1, ...): caches keyed by
+    the study id alone gave a second study the first one's trials (the predictor modelled them,
+    every strategy avoided their candidates, REINFORCE kept their policy), and its proposals
+    differed from a fresh sampler's from the first trial on. These strategies propose from the
+    seed, the trial number and the study's own trials: reused, they propose what a fresh one
+    does."""
+    def second_study(sampler: optuna.samplers.BaseSampler) -> list[dict[str, Any]]:
+        study = optuna.create_study(direction="maximize", sampler=sampler)
+        for _ in range(12):
+            trial = study.ask()
+            FLAT.suggest(trial)
+            study.tell(trial, -abs(trial.params["k"] - 6) - trial.params["lr"])
+        return [t.params for t in study.trials]
+
+    reused = build_sampler(name, SMALL[name], 0, FLAT, ["maximize"])
+    first = optuna.create_study(direction="maximize", sampler=reused)
+    _run(first, FLAT, 12)
+    assert second_study(reused) == second_study(
+        build_sampler(name, SMALL[name], 0, FLAT, ["maximize"]))
+
+
 def test_nsga2_children_on_a_variable_depth_genome_are_made_not_redrawn() -> None:
     """On the mnist1d-topology stack family, NSGA-II's own child covers only the parameters
     every trial has; the deeper layers used to be drawn at random (63 % of a child's genome

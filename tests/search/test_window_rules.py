@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import optuna
 import pytest
-from optuna.distributions import FloatDistribution
+from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.search_space.group_decomposed import _GroupDecomposedSearchSpace
 from optuna.storages import InMemoryStorage
 from optuna.trial import FrozenTrial, TrialState, create_trial
@@ -146,7 +146,7 @@ def test_the_grouped_space_counts_pruned_trials_as_optunas_does(
     assert (["y"] in expected) is bool(include_pruned)
 
 
-def test_the_grouped_space_is_one_studys_read_once_per_ask_and_returns_a_copy() -> None:
+def test_the_grouped_space_is_each_studys_read_once_per_ask_and_returns_a_copy() -> None:
     reads: list[Any] = []
 
     class Counting(InMemoryStorage):
@@ -167,9 +167,13 @@ def test_the_grouped_space_is_one_studys_read_once_per_ask_and_returns_a_copy() 
     assert len(reads) == 1  # the ask's snapshot, shared with Optuna's own reads
     first.search_spaces[0].clear()  # the caller's copy: the space's own groups stay whole
     assert [sorted(g) for g in ours.calculate(study).search_spaces] == [["x"]]
-    with pytest.raises(
-        ValueError,
-        match=r"^`_GroupDecomposedSearchSpace` cannot handle "
-        r"multiple studies\.$",
-    ):
-        ours.calculate(other)
+    # another study, of this storage or of another in-memory one (whose first study has this
+    # study's id too): its own groups, and this study's stay as they were
+    elsewhere = optuna.create_study()
+    assert study._study_id == elsewhere._study_id
+    other.add_trial(create_trial(params={"y": 0.5}, distributions={"y": DIST["x"]}, value=0.0))
+    elsewhere.add_trial(create_trial(params={"z": 1}, distributions={"z": IntDistribution(0, 3)},
+                                     value=0.0))
+    assert [sorted(g) for g in ours.calculate(other).search_spaces] == [["y"]]
+    assert [sorted(g) for g in ours.calculate(elsewhere).search_spaces] == [["z"]]
+    assert [sorted(g) for g in ours.calculate(study).search_spaces] == [["x"]]
