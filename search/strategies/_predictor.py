@@ -42,7 +42,6 @@ from search.strategies._base import (
     scalar_distributions,
     sign,
     study_key,
-    trial_seed,
     trials_of_this_ask,
     uniform_choice,
     with_genome,
@@ -345,22 +344,15 @@ class PredictorSampler(ProposalSampler):
         return key
 
     def _vector(self, study: Study, t: FrozenTrial) -> np.ndarray:
-        """A trial's embedding, cached per trial (parameters only grow, never change). A
-        trial from before ``[space]`` was edited has what it lacks drawn (seeded by its
-        number)."""
+        """A trial's embedding, cached per trial (parameters only grow, never change). Only
+        trials with a candidate key come here: every dimension that applies is in their
+        parameters and their genome parses (a trial from before ``[space]`` gained a dimension
+        has no key and is not modelled)."""
         where = (study_key(study), t._trial_id)  # noqa: SLF001
         hit = self._vectors.get(where)
         if hit is not None and hit[0] == len(t.params):
             return hit[1]
-        params = dict(t.params)
-        try:
-            vector = self._embed(params)
-        except (KeyError, ValueError, TypeError, IndexError):
-            rng = trial_seed(self._seed, t.number)
-            full = consistent(self._space, with_genome(self._space, params, rng),
-                              self._scalars, rng)
-            vector = self._embed(full)
-        vector = vector * self._weights
+        vector = self._embed(dict(t.params)) * self._weights
         self._vectors[where] = (len(t.params), vector)
         return vector
 
