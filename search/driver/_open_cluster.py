@@ -25,8 +25,8 @@ from search.clusters._base import (
 )
 from search.clusters._plans import BACKENDS, plan_cluster
 from search.clusters._watch import (
-    ClusterHandle,
     PREFLIGHTS,
+    ClusterHandle,
     recording_job_class,
 )
 from training.launch import LauncherNotFound, launcher_argv

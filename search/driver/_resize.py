@@ -44,11 +44,12 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
+from search.pruners._promotion import (
+    KEPT_ATTR,  # a width its checkpoint could not leave
+    WIDEN_ATTR,  # set on a running trial: go on this wide
+    WIDTH_ATTR,  # a segment's width (a queued one: planned)
+)
 from training.contract import CHECKPOINT_ATTR
-
-from search.pruners._promotion import KEPT_ATTR  # a width its checkpoint could not leave
-from search.pruners._promotion import WIDEN_ATTR  # set on a running trial: go on this wide
-from search.pruners._promotion import WIDTH_ATTR  # a segment's width (a queued one: planned)
 
 SEGMENTS_ATTR = "detol:segments"  # the lineage's segments so far, oldest first
 

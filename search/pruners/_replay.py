@@ -35,8 +35,7 @@ import heapq
 import itertools
 import math
 from collections import deque
-from collections.abc import Iterable, Sequence
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import optuna

@@ -35,7 +35,12 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from search.pruners._promotion import (
-    COUNTED, MAX_FAILED_CONTINUATIONS, PAUSED_ATTR, RESUME_OF_ATTR, WIDEN_ATTR, lineage,
+    COUNTED,
+    MAX_FAILED_CONTINUATIONS,
+    PAUSED_ATTR,
+    RESUME_OF_ATTR,
+    WIDEN_ATTR,
+    lineage,
 )
 
 Key = tuple[float, float, int]  # (sign x value, the trial that gave it, lineage): rank order

@@ -321,7 +321,8 @@ class Checkpoints(_Strict):
 class Launcher(_Strict):
     command: str = Field(DEFAULT_LAUNCHER, description="MPI launcher; {ranks} is replaced")
     env: dict[str, str] = Field(
-        default_factory=dict, description="environment variables for every rank (and plug-in checks)"
+        default_factory=dict,
+        description="environment variables for every rank (and plug-in checks)",
     )
     warm: bool = Field(
         False, description="keep a warm pool of MPI ranks per Dask worker that runs many trials"

@@ -33,6 +33,7 @@ from search.backends._objectives import (
 from search.strategies._registry import (
     MULTI_OBJECTIVE_PRUNERS,
 )
+from search.studyfile._resize_table import Resize, resize_problems
 from search.studyfile._sections import (
     _NAME,
     Budget,
@@ -43,7 +44,6 @@ from search.studyfile._sections import (
     Strategy,
     _Strict,
 )
-from search.studyfile._resize_table import Resize, resize_problems
 from search.studyfile._space_table import (
     TYPES,
     Dimension,
@@ -62,7 +62,8 @@ class StudyFile(_Strict):
     # answers. "package.module:function": a Python function of the parameters, on a Dask worker.
     # "mpi:package.module:train": a training loop of the user's own, on [training] ranks.
     objective: str | None = Field(
-        None, description="none: train [training] on MPI; nb201:TABLE; module:function; mpi:module:train"
+        None,
+        description="none: train [training] on MPI; nb201:TABLE; module:function; mpi:module:train",
     )
     metric: str | list[str] = Field(
         "val_accuracy", description="what the study optimises; a list: a multi-objective study"
