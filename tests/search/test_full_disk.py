@@ -3,6 +3,7 @@ traceback (found by the crash soak, benchmarks/crash_soak.py); the study is kept
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 from pathlib import Path
@@ -21,13 +22,11 @@ def full_disk(tmp_path: Path):
     disk.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], check=True)
     try:
-        with open(disk / "filler", "wb") as f:
-            try:
-                while True:
-                    f.write(b"\0" * 65536)
-                    f.flush()
-            except OSError:
-                pass
+        with open(disk / "filler", "wb") as f, pytest.raises(OSError) as full:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        assert full.value.errno == errno.ENOSPC, full.value  # full, not some other failure
         yield disk
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
