@@ -46,8 +46,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT)]
 
-from _common import machine, now_iso  # noqa: E402
-from _common import soak  # noqa: E402
+from _common import (  # noqa: E402
+    machine,
+    now_iso,
+    soak,  # noqa: E402
+)
 
 KINDS = {"journal": ("driver", "worker", "rank", "disk"),
          "postgresql": ("driver", "worker", "rank", "postgres", "disk")}
@@ -250,7 +253,7 @@ class Study:
             self.s.look_for_orphans()
             if self.pending and time.monotonic() < self.s.deadline:
                 instant = time.monotonic() + rng.uniform(*self.s.delay)
-                soak.wait_until(lambda: time.monotonic() >= instant
+                soak.wait_until(lambda instant=instant: time.monotonic() >= instant
                                 or self.driver.poll() is not None, 600)  # type: ignore[union-attr]
                 alive = self.driver.poll() is None  # type: ignore[union-attr]
                 if alive and self.strike(self.pending[0]) is not None:
@@ -440,8 +443,8 @@ def main() -> int:
         "problems": [p for s in studies for p in (f"{s.name}: {q}" for q in s.problems)],
         "table": rows, "faults": kills,
         "study_runs": [{"study": s.name, "storage": s.storage, "driver_runs": s.runs,
-                        "budget": s.budget, "trials": s.trial_states, "torn_tails_repaired": s.repairs,
-                        "exits": s.exits} for s in studies],
+                        "budget": s.budget, "trials": s.trial_states,
+                        "torn_tails_repaired": s.repairs, "exits": s.exits} for s in studies],
     }
     print(f"\n{'storage':11} {'fault':9} {'kills':>5} {'survived':>8}")
     for row in rows:

@@ -142,8 +142,9 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps({
             "benchmark": "pool_resize", "date": now_iso(), "quick": args.quick,
-            "repeats": repeats, "png_limit": args.png_limit, "machine": machine("torch", "mpi4py", loadavg_before=load_before,
-                                                   loadavg_after=os.getloadavg()),
+            "repeats": repeats, "png_limit": args.png_limit,
+            "machine": machine("torch", "mpi4py", loadavg_before=load_before,
+                               loadavg_after=os.getloadavg()),
             "models": results}, indent=1) + "\n")
 
 

@@ -318,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"no pruning (yardstick): wall {statistics.fmean(r['wall_s'] for r in base):.1f} s, "
           f"{statistics.fmean(r['epochs'] for r in base):.0f} epochs, best val "
           f"{statistics.fmean(r['best_val'] or 0 for r in base):.4f} (means over seeds)")
-    head = (f"{'pruner':<13} {'wall ratio':>12} {'span ratio':>12} {'rank-s ratio':>13} {'epochs ratio':>13} "
+    head = (f"{'pruner':<13} {'wall ratio':>12} {'span ratio':>12} {'rank-s ratio':>13} "
+            f"{'epochs ratio':>13} "
             f"{'gap pts':>12} {'test gap':>12}  goal")
     print(head)
     print("-" * len(head))

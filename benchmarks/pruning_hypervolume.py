@@ -128,7 +128,8 @@ def main() -> None:
     ratios = [r["hv_with"] / r["hv_without"] for r in rows]
     se = statistics.stdev(ratios) / len(ratios) ** 0.5
     summary = {
-        "dataset": args.dataset, "pruned_variant": args.pruned, "budget_dense_trainings": args.budget, "budget_s": budget_s,
+        "dataset": args.dataset, "pruned_variant": args.pruned,
+        "budget_dense_trainings": args.budget, "budget_s": budget_s,
         "reference_point": REFERENCE.tolist(), "simulation_seeds": args.seeds,
         "configurations": {k: {"runs": len(v),
                                "error": statistics.fmean(r["error"] for r in v),

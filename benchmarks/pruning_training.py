@@ -151,11 +151,13 @@ def _compare(rows: list[dict], variant: str) -> dict[str, Any]:
     d = [by[(s, "dense")] for s in seeds]
     p = [by[(s, variant)] for s in seeds]
     return {
-        "wall_ratio": _summary([b["train_time_s"] / a["train_time_s"] for a, b in zip(d, p)]),
-        "flops_ratio": _summary([b["flops"] / a["flops"] for a, b in zip(d, p)]),
-        "params_ratio": _summary([b["n_params"] / a["n_params"] for a, b in zip(d, p)]),
+        "wall_ratio": _summary(
+            [b["train_time_s"] / a["train_time_s"] for a, b in zip(d, p, strict=True)]),
+        "flops_ratio": _summary([b["flops"] / a["flops"] for a, b in zip(d, p, strict=True)]),
+        "params_ratio": _summary(
+            [b["n_params"] / a["n_params"] for a, b in zip(d, p, strict=True)]),
         "accuracy_gap_points": _summary(
-            [100 * (a["val_accuracy"] - b["val_accuracy"]) for a, b in zip(d, p)]),
+            [100 * (a["val_accuracy"] - b["val_accuracy"]) for a, b in zip(d, p, strict=True)]),
         "dense_accuracy": _summary([a["val_accuracy"] for a in d]),
         "pruned_accuracy": _summary([b["val_accuracy"] for b in p]),
         "dense_train_time_s": _summary([a["train_time_s"] for a in d]),

@@ -25,11 +25,11 @@ from training._config import (
     ranks_message,
 )
 from training._data import check_dataset_loads
-from training._prune_config import field_of as prune_field
-from training._prune_config import unprunable
 from training._launcher import DEFAULT_LAUNCHER, SINGLE_NODE_ENV
 from training._plugin_check import check_own_loop, check_plugins
 from training._plugins import PluginError
+from training._prune_config import field_of as prune_field
+from training._prune_config import unprunable
 from training._reporting import VECTOR_ATTR, build_pruner
 from training._spec import TrialSpec
 from training._storage import (

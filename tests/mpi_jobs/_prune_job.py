@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from _checkpoint_job import checkpointer  # this folder is on sys.path (the script's own)
 from mpi4py import MPI
 from optuna.artifacts import FileSystemArtifactStore
 
-from _checkpoint_job import checkpointer  # this folder is on sys.path (the script's own)
 from training._config import TrainConfig
 from training._interface import flat_parameters
 from training._pruning import agreed, widths

@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from _checkpoint_job import checkpointer  # same folder: sys.path[0]
 from mpi4py import MPI
 from optuna.artifacts import FileSystemArtifactStore
 
-from _checkpoint_job import checkpointer  # same folder: sys.path[0]
 from training._config import TrainConfig
 from training._interface import flat_parameters
 from training._reporting import CONTINUE, PAUSE

@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import math
 import random
+
 import optuna
 import pytest
 from optuna.trial import TrialState
 
 from search.pruners._promotion import (
-    LINEAGE_ATTR, PAUSED_ATTR, RESUME_OF_ATTR, WIDEN_ATTR, PromotingHalving,
+    LINEAGE_ATTR,
+    PAUSED_ATTR,
+    RESUME_OF_ATTR,
+    WIDEN_ATTR,
+    PromotingHalving,
 )
 
 # Few distinct values, so that rungs hold ties; NaN and inf are never counted.

@@ -17,8 +17,13 @@ from mpi4py import MPI
 
 import training._checkpoint as ckpt
 from training._artifacts import FREE_ON_RESTORE, CheckpointPlan
-from training._checkpoint import FORMAT, Checkpointer, CheckpointError, CheckpointMismatch
-from training._checkpoint import check_compatible
+from training._checkpoint import (
+    FORMAT,
+    Checkpointer,
+    CheckpointError,
+    CheckpointMismatch,
+    check_compatible,
+)
 from training._reshard import reshard
 
 CONFIG = {"algorithm": "asgd", "seed": 5, "hidden": 128, "epochs": 4}

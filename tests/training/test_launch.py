@@ -209,6 +209,7 @@ def test_a_launcher_that_dies_takes_its_ranks_with_it(
     import os
     import signal
     import threading
+    from pathlib import Path
 
     from training.contract import SINGLE_NODE_ENV
 
@@ -234,10 +235,10 @@ def test_a_launcher_that_dies_takes_its_ranks_with_it(
         assert time.monotonic() < deadline and job.is_alive(), results
         time.sleep(0.2)
     ranks = [int(m.read_text()) for m in marks]
-    parents = {int(open(f"/proc/{r}/stat").read().rsplit(")", 1)[1].split()[1]) for r in ranks}
+    parents = {int(Path(f"/proc/{r}/stat").read_text().rsplit(")", 1)[1].split()[1]) for r in ranks}
     assert len(parents) == 1, parents
     parent = parents.pop()
-    assert launcher in open(f"/proc/{parent}/cmdline").read()
+    assert launcher in Path(f"/proc/{parent}/cmdline").read_text()
     os.kill(parent, signal.SIGKILL)
     # Well inside the trial's timeout (240 s), so that its kill cannot be what ended them.
     left = _gone(ranks, 120)

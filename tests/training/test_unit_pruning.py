@@ -186,5 +186,5 @@ def test_rescale_multiplies_a_pruned_layers_gradient_by_its_lost_fan_in() -> Non
         grads[rescale] = [m.weight.grad.clone() for m in model.body
                           if isinstance(m, nn.Conv2d | nn.Linear)]
     # first conv reads the image (fan-in 9, unchanged); the others lost half their inputs
-    assert [torch.allclose(a * r, b) for a, b, r in zip(grads[False], grads[True], (1, 2, 2, 2))] \
+    assert [torch.allclose(a * r, b) for a, b, r in zip(grads[False], grads[True], (1, 2, 2, 2), strict=True)] \
         == [True] * 4
