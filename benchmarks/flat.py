@@ -26,7 +26,9 @@ table look-ups (what the library spends around its proposals).
 
 Reported per table and optimizer and mode: mean normalised regret ± standard error over seeds
 (run seed = index), seeds, milliseconds of proposal per evaluation; and the mean over the tables
-(its standard error from the tables' in quadrature). ``--runs`` keeps each finished run (JSON
+(its standard error from the tables' in quadrature); the default (``--paired-base``, what
+``auto`` runs on a flat space) minus every other optimizer, paired by seed, per table and over
+the tables. ``--runs`` keeps each finished run (JSON
 lines), ``--resume`` skips those already there, ``--max-minutes`` submits nothing after that.
 
 The full protocol (issue 32; hours on a shared machine)::
@@ -222,9 +224,7 @@ def summarise(runs: list[dict[str, Any]], tables: list[str], optimizers: list[st
     out: dict[str, Any] = {}
     for opt in optimizers:
         out[opt] = {}
-        twin = (sequential_of or {}).get(opt)
-        own = [r for r in runs if r["optimizer"] == opt and not (twin and r["concurrency"] == 1)]
-        own += [r for r in runs if twin and r["optimizer"] == twin and r["concurrency"] == 1]
+        own = own_runs(runs, opt, sequential_of)
         for mode, conc in MODES.items():
             per: dict[str, Any] = {}
             for tb in tables:
@@ -267,16 +267,61 @@ def summarise(runs: list[dict[str, Any]], tables: list[str], optimizers: list[st
     return out
 
 
-def concurrency_gap(runs: list[dict[str, Any]], tables: list[str]) -> dict[str, Any] | None:
-    """8 running minus sequential, paired by seed: per seed that ran every table in both modes,
-    the mean over the tables of the difference in regret; their mean and standard error."""
-    got = {(r["table"], r["seed"], r["concurrency"]): r["regret"] for r in runs if not r["error"]}
-    seeds = sorted({s for _, s, _ in got if all((tb, s, c) in got for tb in tables
-                                                 for c in MODES.values())})
+def own_runs(runs: list[dict[str, Any]], opt: str,
+             sequential_of: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """``opt``'s runs; a twin's (``sequential_of``) sequential runs are its twin's."""
+    twin = (sequential_of or {}).get(opt)
+    own = [r for r in runs if r["optimizer"] == opt and not (twin and r["concurrency"] == 1)]
+    return own + [r for r in runs if twin and r["optimizer"] == twin and r["concurrency"] == 1]
+
+
+def _regrets(runs: list[dict[str, Any]], concurrency: int) -> dict[tuple[str, int], float]:
+    return {(r["table"], r["seed"]): r["regret"] for r in runs
+            if r["concurrency"] == concurrency and not r["error"]}
+
+
+def paired(a: dict[tuple[str, int], float], b: dict[tuple[str, int], float],
+           tables: list[str]) -> dict[str, Any] | None:
+    """``a`` minus ``b`` ((table, seed) -> regret), paired by seed: per seed that both ran on
+    every table, the mean over the tables of the difference; their mean and standard error
+    (None under two such seeds)."""
+    seeds = sorted({s for _, s in a if all((tb, s) in a and (tb, s) in b for tb in tables)})
     if len(seeds) < 2:
         return None
-    diff = [np.mean([got[tb, s, CONCURRENT] - got[tb, s, 1] for tb in tables]) for s in seeds]
+    diff = [np.mean([a[tb, s] - b[tb, s] for tb in tables]) for s in seeds]
     return {"regret": float(np.mean(diff)), "stderr": nb201._stderr(diff), "seeds": len(seeds)}
+
+
+def concurrency_gap(runs: list[dict[str, Any]], tables: list[str]) -> dict[str, Any] | None:
+    """8 running minus sequential, paired by seed (:func:`paired`): seeds that ran every table
+    in both modes."""
+    return paired(_regrets(runs, CONCURRENT), _regrets(runs, 1), tables)
+
+
+def against_base(runs: list[dict[str, Any]], base: str, tables: list[str], optimizers: list[str],
+                 sequential_of: dict[str, str] | None = None) -> dict[str, Any]:
+    """``base`` (the default) minus each other optimizer, mode by mode, paired by seed
+    (:func:`paired`): per table, over every table and without the tables of ties. Negative:
+    the default's regret is lower."""
+    mine = own_runs(runs, base, sequential_of)
+    out: dict[str, Any] = {}
+    for opt in optimizers:
+        if opt == base:
+            continue
+        theirs = own_runs(runs, opt, sequential_of)
+        for mode, conc in MODES.items():
+            if mode == "sequential" and opt in (sequential_of or {}):
+                continue  # a twin's sequential runs are its twin's: paired once
+            a, b = _regrets(mine, conc), _regrets(theirs, conc)
+            per = {tb: g for tb in tables if (g := paired(a, b, [tb]))}
+            if not per:
+                continue
+            untied = [tb for tb in tables if tb not in TIED]
+            for key, over in (("mean", tables), (UNTIED_MEAN, untied)):
+                if over and (g := paired(a, b, over)):
+                    per[key] = g
+            out.setdefault(opt, {})[mode] = per
+    return out
 
 
 def print_table(summary: dict[str, Any], tables: list[str]) -> None:
@@ -353,10 +398,25 @@ def markdown(doc: dict[str, Any]) -> str:
             for opt, modes in doc["results"].items() if (g := modes.get("gap"))]
     if gaps:
         lines += ["", "8 running minus sequential, paired by seed: " + "; ".join(gaps)]
+    if doc.get("paired", {}).get("results"):
+        base = doc["paired"]["base"]
+        lines += ["", f"{base} (the default) minus each, paired by seed (negative: {base} "
+                  "is better; a mean only over the seeds that ran every table):", "",
+                  "| against (mode) | " + " | ".join(short[tb] for tb in tables)
+                  + f" | mean ± se (seeds) | without {', '.join(TIED)} |",
+                  "|---" * (len(tables) + 3) + "|"]
+        for opt, modes in doc["paired"]["results"].items():
+            for mode, per in modes.items():
+                cells = [gap_text(per[tb]) if tb in per else "-" for tb in tables]
+                means = [f"{gap_text(m)} ({m['seeds']})" if (m := per.get(k)) else "-"
+                         for k in ("mean", UNTIED_MEAN)]
+                lines.append(f"| {opt} ({'seq' if mode == 'sequential' else '8 running'}) | "
+                             + " | ".join(cells + means) + " |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
+    from search.strategies._auto import AUTO_CHOICES
     from search.strategies._registry import STRATEGIES
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -386,6 +446,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--max-minutes", type=float)
     p.add_argument("--markdown", metavar="JSON", help="print the docs' table of a written JSON")
+    p.add_argument("--paired-base", default=AUTO_CHOICES["flat"], metavar="LABEL",
+                   help="the optimizer every other is paired against, seed by seed (default: "
+                   f"what strategy = \"auto\" runs on a flat space, {AUTO_CHOICES['flat']!r})")
     args = p.parse_args(argv)
     if args.markdown:
         print(markdown(json.loads(Path(args.markdown).read_text())))
@@ -432,6 +495,8 @@ def main(argv: list[str] | None = None) -> int:
     tables = [tb for tb in TABLES if tb in tables or any(r["table"] == tb for r in runs)]
     summary = summarise(runs, tables, names, twins)
     print_table(summary, tables)
+    base = args.paired_base
+    against = against_base(runs, base, tables, names, twins) if base in names else {}
     if args.json:
         from search.simulated import _flat
 
@@ -459,6 +524,7 @@ def main(argv: list[str] | None = None) -> int:
                                     _flat.random_mean(tb, noisy=True), tb),
                                 "direction": _flat.table(tb).direction} for tb in tables},
             "results": summary,
+            "paired": {"base": base, "results": against},
         }
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(args.json).with_suffix(".tmp")

@@ -152,3 +152,52 @@ def test_every_mean_and_gap_is_also_given_without_the_table_of_ties(bench):
     assert "| 75.75 ± 25.00 | 1.50 ± 0.50 | 1 |" in text  # se: sqrt(0.5² + 50²) / 2; kc1 0.5
     assert "| 8.00 | 2.00 | |" in text  # random search: over both, and over kc1 alone
     assert "predictor +100.25 ± 0.00 (without car: +0.50 ± 0.00), 2 seeds" in text
+
+
+def test_the_default_is_paired_against_each_other_optimizer_seed_by_seed(bench):
+    flat, _ = bench
+
+    def run(opt, tb, seed, conc, regret):
+        return {"optimizer": opt, "table": tb, "seed": seed, "concurrency": conc,
+                "regret": regret, "regret_at_50": regret, "ms_per_eval": 1.0, "load1": 1.0,
+                "error": None}
+
+    tables = ["kc1", "car"]
+    runs = [run("predictor", tb, s, c, 1.0) for tb in tables for s in (0, 1, 2) for c in (1, 8)]
+    # hebo: sequential only, worse by 1 + seed on kc1 and by 10 on car; seed 2 lacks car
+    runs += [run("hebo", "kc1", s, 1, 2.0 + s) for s in (0, 1, 2)]
+    runs += [run("hebo", "car", s, 1, 11.0) for s in (0, 1)]
+    runs.append({**run("hebo", "car", 2, 1, 0.0), "error": "crashed"})  # a failed run: no pair
+    # a twin: its sequential runs are tpe's, so only its 8-running row is paired
+    runs += [run("tpe", tb, s, 1, 3.0) for tb in tables for s in (0, 1)]
+    runs += [run("tpe:liar", tb, s, 8, 0.5) for tb in tables for s in (0, 1)]
+    out = flat.against_base(runs, "predictor", tables, ["predictor", "hebo", "tpe", "tpe:liar"],
+                            {"tpe:liar": "tpe"})
+    assert "predictor" not in out and set(out["hebo"]) == {"sequential"}
+    hebo = out["hebo"]["sequential"]
+    assert hebo["kc1"]["regret"] == pytest.approx(-2.0) and hebo["kc1"]["seeds"] == 3
+    assert hebo["kc1"]["stderr"] == pytest.approx(1 / 3 ** 0.5)
+    assert hebo["car"] == {"regret": -10.0, "stderr": 0.0, "seeds": 2}
+    # over both tables only seeds 0 and 1 pair: (-1 - 10) / 2 and (-2 - 10) / 2
+    assert hebo["mean"]["seeds"] == 2 and hebo["mean"]["regret"] == pytest.approx(-5.75)
+    assert hebo[flat.UNTIED_MEAN]["seeds"] == 3
+    assert hebo[flat.UNTIED_MEAN]["regret"] == pytest.approx(-2.0)
+    assert set(out["tpe"]) == {"sequential"}
+    assert set(out["tpe:liar"]) == {"concurrent"}  # its sequential row would be tpe's again
+    assert out["tpe:liar"]["concurrent"]["mean"]["regret"] == pytest.approx(0.5)
+
+
+def test_the_docs_table_shows_the_pairing_against_the_default(bench):
+    flat, _ = bench
+    pair = {"regret": -0.25, "stderr": 0.05, "seeds": 4}
+    doc = {
+        "settings": {"tables": ["kc1", "car"]},
+        "yardsticks": {tb: {"random_100_noisy_regret": 2.0} for tb in ("kc1", "car")},
+        "results": {},
+        "paired": {"base": "predictor", "results": {"hebo": {"sequential": {
+            "kc1": pair, "mean": {**pair, "regret": 1.5}}}}},
+    }
+    text = flat.markdown(doc)
+    assert "predictor (the default) minus each, paired by seed" in text
+    row = next(line for line in text.splitlines() if line.startswith("| hebo (seq)"))
+    assert row == "| hebo (seq) | -0.25 ± 0.05 | - | +1.50 ± 0.05 (4) | - |"
