@@ -188,7 +188,7 @@ def run_job(job: Job, peers_python: str | None) -> dict[str, Any]:
                                                         job.table),
                 "ms_per_eval": 1000 * r["optimizer_s"] / max(len(curve), 1),
                 "wall_s": r["wall_s"], "distinct": len(set(r["keys"])),
-                "resolved": r.get("resolved")}
+                "resolved": r.get("resolved"), "versions": r.get("versions")}
     except Exception as exc:  # noqa: BLE001 -- reported in the table and the JSON
         out["error"] = f"{type(exc).__name__}: {exc}"
     out["load1"] = os.getloadavg()[0]
@@ -265,6 +265,24 @@ def summarise(runs: list[dict[str, Any]], tables: list[str], optimizers: list[st
             if untied:
                 out[opt]["gap_" + UNTIED_MEAN] = untied
     return out
+
+
+def peer_versions(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per peer: each distinct set of package versions its runs recorded, with how many runs
+    had it, and how many runs recorded none (made before runs kept their versions)."""
+    out: dict[str, Any] = {}
+    for r in runs:
+        if r["optimizer"] not in flat_peers.PEERS or r["error"]:
+            continue
+        entry = out.setdefault(r["optimizer"], {"recorded": {}, "not_recorded": 0})
+        if r.get("versions"):
+            key = json.dumps(r["versions"], sort_keys=True)
+            entry["recorded"][key] = entry["recorded"].get(key, 0) + 1
+        else:
+            entry["not_recorded"] += 1
+    return {opt: {"recorded": [{"versions": json.loads(k), "runs": n}
+                               for k, n in e["recorded"].items()],
+                  "not_recorded": e["not_recorded"]} for opt, e in out.items()}
 
 
 def own_runs(runs: list[dict[str, Any]], opt: str,
@@ -514,6 +532,7 @@ def main(argv: list[str] | None = None) -> int:
                 "wall_s_this_invocation": total,
                 "load1_mean": float(np.mean([r["load1"] for r in runs])) if runs else None,
                 "peers_python": args.peers_python,
+                "peer_versions": peer_versions(runs),
                 "sequential_of": twins,
             },
             "yardsticks": {tb: {"best": _flat.table(tb).best,

@@ -13,7 +13,8 @@ numpy < 1.25)::
 
     .peers-venv/bin/python benchmarks/_common/flat_peers.py hebo kc1 0 100
 
-prints one JSON line: ``{"keys": [...], "observed": [...], "wall_s": ..., "optimizer_s": ...}``.
+prints one JSON line: ``{"keys": [...], "observed": [...], "wall_s": ..., "optimizer_s": ...,
+"versions": {distribution: version}}``.
 """
 
 from __future__ import annotations
@@ -188,27 +189,48 @@ class Peer:
     run: Callable[[Problem, int], None]
     venv: bool  # needs the separate peers environment (its pins conflict with ours)
     modules: tuple[str, ...]
+    # distributions whose versions each run records (the peer and what decides its numbers)
+    packages: tuple[str, ...] = ("numpy",)
 
 
 PEERS: dict[str, Peer] = {
-    "optuna-tpe": Peer("Optuna TPESampler, defaults", _optuna("tpe"), False, ("optuna",)),
-    "optuna-gp": Peer("Optuna GPSampler, defaults", _optuna("gp"), False, ("optuna", "torch")),
-    "hyperopt-tpe": Peer("hyperopt tpe.suggest, defaults", _hyperopt, True, ("hyperopt",)),
+    "optuna-tpe": Peer("Optuna TPESampler, defaults", _optuna("tpe"), False, ("optuna",),
+                       ("optuna", "numpy")),
+    "optuna-gp": Peer("Optuna GPSampler, defaults", _optuna("gp"), False, ("optuna", "torch"),
+                      ("optuna", "torch", "scipy", "numpy")),
+    "hyperopt-tpe": Peer("hyperopt tpe.suggest, defaults", _hyperopt, True, ("hyperopt",),
+                         ("hyperopt", "numpy")),
     "smac-hpo": Peer("SMAC3 HyperparameterOptimizationFacade, defaults", _smac, True,
-                     ("smac",)),
-    "synetune-bore": Peer("Syne Tune BORE, defaults", _bore, True, ("syne_tune", "xgboost")),
-    "hebo": Peer("HEBO 0.3.6, defaults", _hebo, True, ("hebo.optimizers.hebo",)),
+                     ("smac",), ("smac", "ConfigSpace", "scikit-learn", "numpy")),
+    "synetune-bore": Peer("Syne Tune BORE, defaults", _bore, True, ("syne_tune", "xgboost"),
+                          ("syne-tune", "xgboost", "numpy")),
+    "hebo": Peer("HEBO 0.3.6, defaults", _hebo, True, ("hebo.optimizers.hebo",),
+                 ("hebo", "scikit-learn", "pymoo", "torch", "numpy")),
 }
 
 
+def versions(name: str) -> dict[str, str | None]:
+    """The installed version of each of the peer's :attr:`Peer.packages` (None: not found)."""
+    from importlib import metadata
+
+    out: dict[str, str | None] = {}
+    for dist in PEERS[name].packages:
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
 def run_peer(name: str, dataset: str, seed: int, budget: int) -> dict[str, Any]:
-    """One run: the history, the run's wall time and the optimizer's share of it."""
+    """One run: the history, the run's wall time, the optimizer's share of it and the
+    versions it ran with."""
     problem = Problem(dataset=dataset, seed=seed, budget=budget)
     started = time.perf_counter()
     PEERS[name].run(problem, seed)
     wall = time.perf_counter() - started
     return {"keys": problem.keys, "observed": problem.observed, "wall_s": wall,
-            "optimizer_s": wall - problem.objective_s}
+            "optimizer_s": wall - problem.objective_s, "versions": versions(name)}
 
 
 if __name__ == "__main__":

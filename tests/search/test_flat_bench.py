@@ -201,3 +201,23 @@ def test_the_docs_table_shows_the_pairing_against_the_default(bench):
     assert "predictor (the default) minus each, paired by seed" in text
     row = next(line for line in text.splitlines() if line.startswith("| hebo (seq)"))
     assert row == "| hebo (seq) | -0.25 ± 0.05 | - | +1.50 ± 0.05 (4) | - |"
+
+
+def test_each_peer_run_keeps_the_versions_it_ran_with(bench):
+    flat, flat_peers = bench
+    run = flat_peers.run_peer("optuna-tpe", "kc1", seed=0, budget=2)
+    import optuna
+
+    assert run["versions"]["optuna"] == optuna.__version__  # as installed, not as pinned
+    assert set(run["versions"]) == set(flat_peers.PEERS["optuna-tpe"].packages)
+    base = {"optimizer": "hebo", "error": None}
+    runs = [{**base, "versions": {"hebo": "0.3.6", "scikit-learn": "1.9.1"}},
+            {**base, "versions": {"scikit-learn": "1.9.1", "hebo": "0.3.6"}},  # the same set
+            {**base, "versions": {"hebo": "0.3.6", "scikit-learn": "1.3.2"}},
+            {**base},  # a run from before versions were kept
+            {**base, "error": "crashed", "versions": {"hebo": "9"}},  # failed: not counted
+            {"optimizer": "predictor", "error": None}]  # ours: in the JSON's machine record
+    out = flat.peer_versions(runs)
+    assert set(out) == {"hebo"} and out["hebo"]["not_recorded"] == 1
+    assert sorted((r["versions"]["scikit-learn"], r["runs"]) for r in out["hebo"]["recorded"]) \
+        == [("1.3.2", 1), ("1.9.1", 2)]
