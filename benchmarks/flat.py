@@ -464,9 +464,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--max-minutes", type=float)
     p.add_argument("--markdown", metavar="JSON", help="print the docs' table of a written JSON")
-    p.add_argument("--paired-base", default=AUTO_CHOICES["flat"], metavar="LABEL",
+    p.add_argument("--paired-base", metavar="LABEL",
                    help="the optimizer every other is paired against, seed by seed (default: "
-                   f"what strategy = \"auto\" runs on a flat space, {AUTO_CHOICES['flat']!r})")
+                   f"what strategy = \"auto\" runs on a flat space, {AUTO_CHOICES['flat']!r}, "
+                   "or 'auto' where only it ran)")
     args = p.parse_args(argv)
     if args.markdown:
         print(markdown(json.loads(Path(args.markdown).read_text())))
@@ -513,7 +514,8 @@ def main(argv: list[str] | None = None) -> int:
     tables = [tb for tb in TABLES if tb in tables or any(r["table"] == tb for r in runs)]
     summary = summarise(runs, tables, names, twins)
     print_table(summary, tables)
-    base = args.paired_base
+    base = args.paired_base or next(
+        (b for b in (AUTO_CHOICES["flat"], "auto") if b in names), AUTO_CHOICES["flat"])
     against = against_base(runs, base, tables, names, twins) if base in names else {}
     if args.json:
         from search.simulated import _flat

@@ -5,6 +5,7 @@ package is needed: the one real peer run here is Optuna's TPE (a dependency)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -221,3 +222,25 @@ def test_each_peer_run_keeps_the_versions_it_ran_with(bench):
     assert set(out) == {"hebo"} and out["hebo"]["not_recorded"] == 1
     assert sorted((r["versions"]["scikit-learn"], r["runs"]) for r in out["hebo"]["recorded"]) \
         == [("1.3.2", 1), ("1.9.1", 2)]
+
+
+def test_the_json_pairs_against_auto_where_only_auto_ran(bench, tmp_path):
+    flat, _ = bench
+
+    def run(opt, seed, regret):
+        return {"optimizer": opt, "table": "kc1", "seed": seed, "concurrency": 1,
+                "regret": regret, "regret_at_50": regret, "ms_per_eval": 1.0, "load1": 1.0,
+                "wall_s": 1.0, "error": None}
+
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text("".join(json.dumps(run(o, s, r)) + "\n" for o, s, r in (
+        ("auto", 0, 1.0), ("auto", 1, 2.0), ("tpe", 0, 1.5), ("tpe", 1, 3.0))))
+    out = tmp_path / "flat.json"
+    # every run is already there: nothing is submitted, the JSON is written from the file
+    assert flat.main(["--strategies", "auto", "tpe", "--tables", "kc1", "--seeds", "2",
+                      "--modes", "sequential", "--runs", str(runs), "--resume",
+                      "--json", str(out)]) == 0
+    paired = json.loads(out.read_text())["paired"]
+    assert paired["base"] == "auto"
+    assert paired["results"]["tpe"]["sequential"]["kc1"] == {
+        "regret": -0.75, "stderr": 0.25, "seeds": 2}
