@@ -46,11 +46,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT)]
 
-from _common import (  # noqa: E402
-    machine,
-    now_iso,
-    soak,  # noqa: E402
-)
+from _common import machine, now_iso, soak  # noqa: E402
 
 KINDS = {"journal": ("driver", "worker", "rank", "disk"),
          "postgresql": ("driver", "worker", "rank", "postgres", "disk")}

@@ -16,6 +16,13 @@ from search.simulated import _flat
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
+def _run(opt, tb, seed, conc, regret):
+    """A finished run as flat.py records it (only what the summaries read)."""
+    return {"optimizer": opt, "table": tb, "seed": seed, "concurrency": conc, "regret": regret,
+            "regret_at_50": regret, "ms_per_eval": 1.0, "load1": 1.0, "wall_s": 1.0,
+            "error": None}
+
+
 @pytest.fixture(scope="module")
 def bench():
     sys.path.insert(0, str(BENCHMARKS))
@@ -84,15 +91,10 @@ def test_the_concurrency_gap_pairs_seeds_that_ran_every_table_in_both_modes(benc
 def test_a_variant_that_acts_only_concurrently_shares_its_twins_sequential_runs(bench):
     flat, _ = bench
 
-    def run(opt, tb, seed, conc, regret):
-        return {"optimizer": opt, "table": tb, "seed": seed, "concurrency": conc,
-                "regret": regret, "regret_at_50": regret, "ms_per_eval": 1.0, "load1": 1.0,
-                "error": None}
-
-    runs = [run("tpe", tb, s, 1, 1.0 + s) for tb in ("kc1", "car") for s in (0, 1)]
-    runs += [run("tpe:constant_liar=false", tb, s, 8, 3.0 + s) for tb in ("kc1", "car")
+    runs = [_run("tpe", tb, s, 1, 1.0 + s) for tb in ("kc1", "car") for s in (0, 1)]
+    runs += [_run("tpe:constant_liar=false", tb, s, 8, 3.0 + s) for tb in ("kc1", "car")
              for s in (0, 1)]
-    runs.append(run("tpe:constant_liar=false", "kc1", 0, 1, 99.0))  # ignored: the twin's count
+    runs.append(_run("tpe:constant_liar=false", "kc1", 0, 1, 99.0))  # ignored: the twin's count
     out = flat.summarise(runs, ["kc1", "car"], ["tpe", "tpe:constant_liar=false"],
                          {"tpe:constant_liar=false": "tpe"})
     liar_off = out["tpe:constant_liar=false"]
@@ -131,9 +133,7 @@ def test_every_mean_and_gap_is_also_given_without_the_table_of_ties(bench):
     assert flat.TIED == ("car",)
 
     def run(tb, seed, conc, regret):
-        return {"optimizer": "predictor", "table": tb, "seed": seed, "concurrency": conc,
-                "regret": regret, "regret_at_50": regret, "ms_per_eval": 1.0, "load1": 1.0,
-                "error": None}
+        return _run("predictor", tb, seed, conc, regret)
 
     regret = {("kc1", 1): (1.0, 2.0), ("kc1", 8): (1.5, 2.5), ("car", 1): (100.0, 200.0),
               ("car", 8): (300.0, 400.0)}
@@ -158,20 +158,15 @@ def test_every_mean_and_gap_is_also_given_without_the_table_of_ties(bench):
 def test_the_default_is_paired_against_each_other_optimizer_seed_by_seed(bench):
     flat, _ = bench
 
-    def run(opt, tb, seed, conc, regret):
-        return {"optimizer": opt, "table": tb, "seed": seed, "concurrency": conc,
-                "regret": regret, "regret_at_50": regret, "ms_per_eval": 1.0, "load1": 1.0,
-                "error": None}
-
     tables = ["kc1", "car"]
-    runs = [run("predictor", tb, s, c, 1.0) for tb in tables for s in (0, 1, 2) for c in (1, 8)]
+    runs = [_run("predictor", tb, s, c, 1.0) for tb in tables for s in (0, 1, 2) for c in (1, 8)]
     # hebo: sequential only, worse by 1 + seed on kc1 and by 10 on car; seed 2 lacks car
-    runs += [run("hebo", "kc1", s, 1, 2.0 + s) for s in (0, 1, 2)]
-    runs += [run("hebo", "car", s, 1, 11.0) for s in (0, 1)]
-    runs.append({**run("hebo", "car", 2, 1, 0.0), "error": "crashed"})  # a failed run: no pair
+    runs += [_run("hebo", "kc1", s, 1, 2.0 + s) for s in (0, 1, 2)]
+    runs += [_run("hebo", "car", s, 1, 11.0) for s in (0, 1)]
+    runs.append({**_run("hebo", "car", 2, 1, 0.0), "error": "crashed"})  # a failed run: no pair
     # a twin: its sequential runs are tpe's, so only its 8-running row is paired
-    runs += [run("tpe", tb, s, 1, 3.0) for tb in tables for s in (0, 1)]
-    runs += [run("tpe:liar", tb, s, 8, 0.5) for tb in tables for s in (0, 1)]
+    runs += [_run("tpe", tb, s, 1, 3.0) for tb in tables for s in (0, 1)]
+    runs += [_run("tpe:liar", tb, s, 8, 0.5) for tb in tables for s in (0, 1)]
     out = flat.against_base(runs, "predictor", tables, ["predictor", "hebo", "tpe", "tpe:liar"],
                             {"tpe:liar": "tpe"})
     assert "predictor" not in out and set(out["hebo"]) == {"sequential"}
@@ -228,9 +223,7 @@ def test_the_json_pairs_against_auto_where_only_auto_ran(bench, tmp_path):
     flat, _ = bench
 
     def run(opt, seed, regret):
-        return {"optimizer": opt, "table": "kc1", "seed": seed, "concurrency": 1,
-                "regret": regret, "regret_at_50": regret, "ms_per_eval": 1.0, "load1": 1.0,
-                "wall_s": 1.0, "error": None}
+        return _run(opt, "kc1", seed, 1, regret)
 
     runs = tmp_path / "runs.jsonl"
     runs.write_text("".join(json.dumps(run(o, s, r)) + "\n" for o, s, r in (
