@@ -237,3 +237,36 @@ def test_the_json_pairs_against_auto_where_only_auto_ran(bench, tmp_path):
     assert paired["base"] == "auto"
     assert paired["results"]["tpe"]["sequential"]["kc1"] == {
         "regret": -0.75, "stderr": 0.25, "seeds": 2}
+
+
+def test_independent_durations_keep_the_metric_and_ignore_the_configuration(bench):
+    import flat_durations
+
+    observe = flat_durations.independent_durations(_flat.observe)
+    t = _flat.table("phoneme")
+    mean_time = t.train_time_s.mean(axis=1)
+    by_row = {r: k for k, r in t.rows.items()}
+    quick, slow = by_row[mean_time.argmin()], by_row[mean_time.argmax()]
+    times = set()
+    for noise_seed in range(20):
+        (v_quick, s_quick), (v_slow, s_slow) = (observe(k, "phoneme", noise_seed)
+                                                for k in (quick, slow))
+        assert v_quick == _flat.observe(quick, "phoneme", noise_seed)[0]  # the metric as before
+        assert v_slow == _flat.observe(slow, "phoneme", noise_seed)[0]
+        assert s_quick == s_slow and s_quick in t.train_time_s  # a time of the table, same for all
+        times.add(s_quick)
+    assert len(times) > 10  # drawn anew for each evaluation
+
+
+def test_the_durations_comparison_pairs_each_run_with_its_stored_seeds(bench):
+    import flat_durations
+
+    stored = [_run("predictor", "kc1", s, c, r) for s, c, r in (
+        (0, 1, 1.0), (1, 1, 2.0), (0, 8, 1.5), (1, 8, 2.5), (2, 1, 5.0))]  # seed 2: one side
+    stored.append({**_run("tpe", "kc1", 0, 8, 0.0)})  # another strategy: not paired
+    variant = [_run("predictor", "kc1", s, 8, r) for s, r in ((0, 1.25), (1, 2.25))]
+    out = flat_durations.compare(variant, stored, "predictor", ["kc1"])
+    assert out["independent_minus_sequential"]["kc1"] == {"regret": 0.25, "stderr": 0.0,
+                                                          "seeds": 2}
+    assert out["stored_minus_sequential"]["mean"]["regret"] == 0.5
+    assert out["independent_minus_stored"]["mean"]["regret"] == -0.25
