@@ -89,8 +89,7 @@ def compare(variant: list[dict[str, Any]], stored: list[dict[str, Any]], strateg
     """Per table and over ``tables``, paired by seed: independent 8 running minus stored
     sequential, stored 8 running minus stored sequential, independent minus stored 8 running."""
     def regrets(runs: list[dict[str, Any]], conc: int) -> dict[tuple[str, int], float]:
-        return {(r["table"], r["seed"]): r["regret"] for r in runs
-                if r["optimizer"] == strategy and r["concurrency"] == conc and not r["error"]}
+        return flat._regrets([r for r in runs if r["optimizer"] == strategy], conc)  # noqa: SLF001
 
     ind, seq, c8 = regrets(variant, flat.CONCURRENT), regrets(stored, 1), regrets(
         stored, flat.CONCURRENT)
