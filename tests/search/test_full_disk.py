@@ -16,8 +16,6 @@ from tests.cli_helpers import run_search, write_quad_study
 @pytest.fixture
 def full_disk(tmp_path: Path):
     """A 1 MiB tmpfs at tmp_path/disk, filled to the last byte (root mounts it)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small filesystem needs root (CI runs as root)")
     disk = tmp_path / "disk"
     disk.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], check=True)
@@ -32,6 +30,8 @@ def full_disk(tmp_path: Path):
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
+@pytest.mark.skipif(os.geteuid() != 0,
+                    reason="mounting a small filesystem needs root (CI runs as root)")
 def test_a_full_disk_under_the_journal_is_one_line_and_a_hint_to_resume(
     tmp_path: Path, full_disk: Path
 ) -> None:
