@@ -27,6 +27,7 @@ Command::
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -42,9 +43,9 @@ SEND_EVERY = (1, 2, 4, 8)
 
 def _make(name: str, model: Any, comm: Any, **options: Any) -> Any:
     try:
-        from training._registry import make_algorithm
-    except ImportError:  # an older checkout (--tree)
-        from training._algorithms import make_algorithm  # type: ignore[no-redef]
+        from training.algorithms import make_algorithm
+    except ImportError:  # a checkout from before issue 46's move (--tree): its flat module
+        make_algorithm = importlib.import_module("training._registry").make_algorithm
     return make_algorithm(name, model, comm, **options)
 
 
@@ -56,7 +57,7 @@ def _worker(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)
     comm = MPI.COMM_WORLD
     if args.model == "kmeans":
-        from training._kmeans import KMeans, kmeans_data
+        from _common.kmeans import KMeans, kmeans_data
 
         x, init = kmeans_data(50_000, k=100, seed=0)
         data = torch.from_numpy(x[comm.rank :: comm.size])
@@ -69,8 +70,8 @@ def _worker(args: argparse.Namespace) -> int:
 
         size, batch = len(data), 128
     else:
-        from training._data import load_dataset
-        from training._models import build_mlp
+        from training.data import load_dataset
+        from training.models import build_mlp
 
         d = load_dataset("digits", 0.2)
         xs, ys = torch.from_numpy(d.x_train), torch.from_numpy(d.y_train)
@@ -126,7 +127,7 @@ def _run(model: str, args: argparse.Namespace, tmp: str) -> dict[str, Any]:
     tree = Path(args.tree).resolve() if args.tree else ROOT
     env["PYTHONPATH"] = os.pathsep.join([str(tree), env.get("PYTHONPATH", "")])
     sys.path.insert(0, str(tree))
-    from training._launcher import SINGLE_NODE_ENV, job_env, launcher_argv
+    from training.launch import SINGLE_NODE_ENV, job_env, launcher_argv
 
     try:
         job = job_env(1, False, SINGLE_NODE_ENV)

@@ -1,7 +1,7 @@
 """What a checkpoint costs per epoch: training time with a checkpoint after every epoch vs none.
 
 What is measured: the real trial path. For each model and seed, two MPI jobs (``mpiexec -n 2
-python -m training.worker SPEC``, the worker every trial runs) train the same configuration,
+python -m training.jobs.worker SPEC``, the worker every trial runs) train the same configuration,
 one with ``[checkpoints] every = 1`` and one without, into trials of a real Optuna journal
 storage; each checkpoint is gathered from both ranks, written with ``torch.save`` and uploaded
 with ``optuna.artifacts.upload_artifact`` to a file-system artifact store, linked to its trial.
@@ -60,7 +60,7 @@ def _job(config: dict[str, Any], store: str | None, storage: str, study: optuna.
     path = tmp / f"{tag}-spec.json"
     path.write_text(json.dumps(spec.to_json()))
     argv = launcher_argv("mpiexec -n {ranks}", config["ranks"]) + [
-        sys.executable, "-m", "training.worker", str(path)]
+        sys.executable, "-m", "training.jobs.worker", str(path)]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     if proc.returncode != 0:

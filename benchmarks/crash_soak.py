@@ -257,7 +257,8 @@ class Study:
             else:
                 soak.wait_until(lambda: self.driver.poll() is not None  # type: ignore[union-attr]
                                 or time.monotonic() - self.started > RUN_TIMEOUT_S, 600)
-        # Torn tails that a writer cut off (training._journal keeps each beside the journal).
+        # Torn tails that a writer cut off (training.storage._journal keeps each beside the
+        # journal).
         self.repairs = len(list(self.dir.glob("*.torn-*")))
         trials = self.trials()
         if trials is not None:

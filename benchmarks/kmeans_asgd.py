@@ -20,7 +20,7 @@ reaches the target in a seed counts as the budget there (its ratio is then a bou
 ">" or "<"); a seed in which neither reached it is left out of that method's ratios.
 
 Settings: ``balanced`` (every rank at its own pace) and ``straggler`` (rank 1 computes
-``--straggler`` times slower: ``[training] slowdown``, see ``training/_pace.py``).
+``--straggler`` times slower: ``[training] slowdown``, see ``training/algorithms/_pace.py``).
 
 Methods: ``asgd`` (Keuper & Pfreundt; the first ``--send-every`` value, default 4 as in
 ``[training]``; every further value N adds a method ``asgd-sN``, default ``asgd-s1``),
@@ -55,9 +55,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def _worker(args: argparse.Namespace) -> int:
     import numpy as np
+    from _common.kmeans import kmeans_data, kmeans_loss, train_kmeans
     from mpi4py import MPI
-
-    from training._kmeans import kmeans_data, kmeans_loss, train_kmeans
 
     comm = MPI.COMM_WORLD
     x, init = kmeans_data(args.points, k=args.k, seed=args.seed)
@@ -111,8 +110,7 @@ def _algorithm(method: str, args: argparse.Namespace) -> tuple[str, int]:
 
 def _lloyd_target(k: int, seed: int, args: argparse.Namespace) -> dict[str, float]:
     import numpy as np
-
-    from training._kmeans import kmeans_data, kmeans_loss, lloyd
+    from _common.kmeans import kmeans_data, kmeans_loss, lloyd
 
     x, init = kmeans_data(args.points, k=k, seed=seed)
     evaluation = x[np.random.default_rng(1).choice(len(x), size=20000, replace=False)]
@@ -123,7 +121,7 @@ def _lloyd_target(k: int, seed: int, args: argparse.Namespace) -> dict[str, floa
 
 
 def _launch(k: int, seed: int, setting: str, args: argparse.Namespace, out: str) -> dict:
-    from training._launcher import SINGLE_NODE_ENV, job_env, launcher_argv
+    from training.launch import SINGLE_NODE_ENV, job_env, launcher_argv
 
     argv = launcher_argv("mpiexec -n {ranks}", args.ranks) + [
         sys.executable, __file__, "--worker", "--k", str(k), "--seed", str(seed),

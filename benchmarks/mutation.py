@@ -125,7 +125,7 @@ OWN_TESTS: dict[str, list[str]] = {
         "tests/search/test_strategies.py::test_same_seed_same_sequence[evolution]",
         "tests/search/test_strategies.py::test_resume_continues_as_if_uninterrupted[evolution]",
     ],
-    "training/_asgd.py": [
+    "training/algorithms/_asgd.py": [
         "tests/training/test_asgd_inprocess.py",
         "tests/training/test_asgd_unit.py",
         "tests/training/test_asgd_rules.py",
@@ -149,7 +149,7 @@ OWN_TESTS: dict[str, list[str]] = {
         "tests/search/test_simulation.py",
         "tests/search/test_driver_hot_path.py",
     ],
-    "training/_checkpoint.py": [
+    "training/state/_checkpoint.py": [
         "tests/training/test_checkpoint_settings.py",
         "tests/training/test_reshard.py",
         "tests/training/test_checkpoint_rules.py",

@@ -13,8 +13,9 @@ Three measurements, each beside its yardstick, in one run:
   minus Dask: ``study.ask()``, ``run_trial(spec)``, ``study.tell()``. Measured: ask -> first
   training step (the worker stamps it) and finish -> tell (rank 0's result written, after the
   last step and the final evaluation, to the end of ``study.tell``). Cold = today's
-  ``mpiexec ... python -m training.worker``; warm = ``spec.warm`` on a pool started before the
-  timing (``training._warm_pool``). Median of R (full 5, ``--quick`` 2), cold and warm interleaved.
+  ``mpiexec ... python -m training.jobs.worker``; warm = ``spec.warm`` on a pool started before the
+  timing (``training.launch._warm_pool``). Median of R (full 5, ``--quick`` 2), cold and warm
+  interleaved.
   Yardstick: the cold path (ratio warm / cold).
 * ``storage`` -- ask+tell throughput with 8 concurrent client processes (spawned; they load
   the study, wait on a barrier, then each runs its share: full 8 x 50, ``--quick`` 8 x 10) on
@@ -47,9 +48,8 @@ import optuna
 from _common import machine, now_iso  # benchmarks/_common/ (the script directory)
 from optuna.trial import TrialState
 
-from training._warm_pool import shutdown_pools
 from training.contract import open_storage
-from training.launch import run_trial
+from training.launch import run_trial, shutdown_pools
 
 REPO = Path(__file__).resolve().parents[1]  # tests/pg_server.py lives there
 

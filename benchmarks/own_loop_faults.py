@@ -55,7 +55,7 @@ def main() -> int:
     parser.add_argument("--agree", type=float, default=20.0, help="agree_timeout_s")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from training._warm_pool import shutdown_pools
+    from training.launch import shutdown_pools
 
     rows = []
     try:

@@ -40,7 +40,7 @@ JOB = """
 import json, sys, time
 from mpi4py import MPI
 from training._config import TrainConfig
-from training._trainer import Trainer
+from training.jobs._trainer import Trainer
 config = TrainConfig(**json.loads(sys.argv[1]))
 result = Trainer(config, MPI.COMM_WORLD).train()
 if MPI.COMM_WORLD.rank == 0:

@@ -1,6 +1,6 @@
 """Benchmark data from files: Fashion-MNIST read from PNG files vs the same images in memory.
 
-Both sides run the real trainer (``training._trainer.Trainer``, as a trial runs it) on 2 MPI
+Both sides run the real trainer (``training.jobs._trainer.Trainer``, as a trial runs it) on 2 MPI
 ranks with sync SGD, the same model plug-in (``cnn`` below: conv 1->32 3x3, pool, conv 32->64
 3x3, pool, linear 3136->128, linear 128->10; 421k parameters), the same images in the same
 order (global batch 64, each rank reading its ``rank::size`` slice of every global batch):
@@ -73,7 +73,7 @@ def memory(val_fraction: float) -> Any:
     import resnet
 
     from training import Dataset
-    from training._data import FASHION_MNIST_FILES, fashion_mnist_dirs, read_idx
+    from training.data import FASHION_MNIST_FILES, fashion_mnist_dirs, read_idx
 
     lazy = resnet.load(val_fraction)
     d = next(d for d in fashion_mnist_dirs() if (d / FASHION_MNIST_FILES["x"]).is_file())
@@ -129,7 +129,7 @@ def worker(spec: dict[str, Any]) -> None:
     from mpi4py import MPI
 
     from training import TrainConfig
-    from training._trainer import Trainer
+    from training.jobs import Trainer
 
     comm = MPI.COMM_WORLD
     side = spec["side"]

@@ -1,5 +1,5 @@
 """What a width change costs a trial: in place on a warm pool vs through the checkpoint file
-(issue 31; training._regroup).
+(issue 31; training.jobs._regroup).
 
 Per model, on real MPI ranks: a 1-rank segment trains one epoch and pauses (its checkpoint is
 written: ``save_s``, the same in both arms), then its continuation runs on 2 ranks from epoch 2:
@@ -77,7 +77,7 @@ def _run(tmp: Path, shape: dict[str, Any], ranks: int, *, warm: bool,
 
 
 def measure(shape: dict[str, Any], repeats: int, png_limit: int) -> dict[str, Any]:
-    from training._warm_pool import shutdown_pools
+    from training.launch import shutdown_pools
 
     with tempfile.TemporaryDirectory(prefix="detol-pool-resize-") as name:
         tmp = Path(name)

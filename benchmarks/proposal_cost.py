@@ -67,7 +67,7 @@ from optuna.trial import TrialState
 import spaces
 from search.strategies._base import draw, uniform_choice
 from search.strategies._registry import STRATEGIES, build_sampler
-from training._storage import RetryingStorage
+from training.storage import RetryingStorage
 
 GOAL_MS = 50.0
 SPACES = {
@@ -159,7 +159,7 @@ def remote_reads(strategies: list[str], finished: list[int], running: int, asks:
     a PostgreSQL server would send) are counted per proposal, the first apart (it also catches
     up on the trials added since the last strategy read the study)."""
     space = SPACES["cell"]
-    # The stack `search run` builds on a PostgreSQL URL (training._storage._open_storage),
+    # The stack `search run` builds on a PostgreSQL URL (training.storage._storage._open_storage),
     # here over a SQLite file: RetryingStorage(_CachedStorage(RDBStorage)).
     backend = optuna.storages.RDBStorage(f"sqlite:///{directory / 'remote.db'}")
     storage = RetryingStorage(  # type: ignore[abstract]

@@ -1,6 +1,6 @@
 """Why mnist1d loses accuracy under pruning: learning curves of the real trainer, one rank.
 
-Each named run is ``training._trainer.Trainer`` in this process (one MPI rank, the global batch
+Each named run is ``training.jobs._trainer.Trainer`` in this process (one MPI rank, the global batch
 of ``pruning_training.py``: the same trajectory as its 2-rank sync runs up to float sums), on
 mnist1d with the benchmark's stack model and learning rate, for the given seeds; every epoch's
 validation accuracy is kept, so a 16-epoch run also gives the 8-epoch figure (constant learning
@@ -46,7 +46,7 @@ def main(out: str, seeds: list[int], names: list[str]) -> None:
     from mpi4py import MPI
 
     from training._config import TrainConfig
-    from training._trainer import Trainer
+    from training.jobs import Trainer
 
     for name in names:
         epochs, lr, prune = RUNS[name]

@@ -1,6 +1,7 @@
 """Pruning during training against the dense run: wall time, FLOPs and validation accuracy.
 
-What is measured: the real trainer (``training._trainer.Trainer``, the loop every trial runs) on
+What is measured: the real trainer (``training.jobs._trainer.Trainer``, the loop every trial runs)
+on
 2 MPI ranks (``mpiexec -n 2``), for each dataset, algorithm and seed the same configuration dense
 and with each ``[training] prune`` variant of ``VARIANTS`` (60 % of each layer's channels and
 neurons removed by the last step), back to back in an order rotated by the seed so load drifts
@@ -103,7 +104,7 @@ def rank_job(spec_path: str, out: str) -> None:
     from mpi4py import MPI
 
     from training._config import TrainConfig
-    from training._trainer import Trainer
+    from training.jobs import Trainer
 
     comm = MPI.COMM_WORLD
     spec = json.loads(Path(spec_path).read_text())

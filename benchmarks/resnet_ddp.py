@@ -6,8 +6,9 @@ gradients per step), on Fashion-MNIST images from Debian's IDX files (in memory:
 training and gradient exchange, not reading), global batch ``--batch`` (default 32), each rank
 taking its ``rank::size`` slice as the trainer does. SGD lr 0.01, momentum 0.9.
 
-Subject ("ours"): ``training._registry.make_algorithm("sync", model, comm, bucket_bytes=...)``
-wrapped as ``training._trainer.Trainer._step`` does: ``algo.zero_grad()``, ``(loss_sum /
+Subject ("ours"): ``training.algorithms._registry.make_algorithm("sync", model, comm,
+bucket_bytes=...)``
+wrapped as ``training.jobs._trainer.Trainer._step`` does: ``algo.zero_grad()``, ``(loss_sum /
 global_batch).backward()`` (nonblocking allreduces started from gradient hooks), ``if
 algo.before_step(...)`` (waits for them) ``optimizer.step(); algo.after_step()``. One side per
 ``--bucket-kb`` value (default 256, the trainer's default, and 4096, 25600).
@@ -64,7 +65,7 @@ def _batches(n: int, global_batch: int, rank: int, size: int) -> list[Any]:
     import numpy as np
     import torch
 
-    from training._data import FASHION_MNIST_FILES, fashion_mnist_dirs, read_idx
+    from training.data import FASHION_MNIST_FILES, fashion_mnist_dirs, read_idx
 
     d = next(d for d in fashion_mnist_dirs() if (d / FASHION_MNIST_FILES["x"]).is_file())
     x = read_idx(d / FASHION_MNIST_FILES["x"])[: n * global_batch]
@@ -98,7 +99,7 @@ class _Side:
             self.net = DistributedDataParallel(self.model)
             self.loss_fn = torch.nn.CrossEntropyLoss()
         else:
-            from training._registry import make_algorithm
+            from training.algorithms import make_algorithm
 
             kb = int(name.split(":")[1])
             self.net = self.model
@@ -116,7 +117,7 @@ class _Side:
             self.opt.step()
             self.last_loss = float(loss.detach())
             return
-        # As training/_trainer.py Trainer._step does.
+        # As training/jobs/_trainer.py Trainer._step does.
         self.algo.zero_grad()
         divisor = self.algo.loss_divisor(local_batch=len(x), global_batch=self.global_batch,
                                          epoch_size=60000)

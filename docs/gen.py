@@ -34,8 +34,8 @@ MODULES = {
     "clusters": "search.clusters._plans",  # BACKENDS, check_backend_options
     "cli": "search.cli",  # the typer app
     "train_config": "training._config",  # TrainConfig, SEARCHABLE, METRICS
-    "algorithms": "training._registry",  # ALGORITHMS
-    "datasets": "training._data",  # DATASETS
+    "algorithms": "training.algorithms._registry",  # ALGORITHMS
+    "datasets": "training.data._datasets",  # DATASETS
     "spaces": "spaces",  # FAMILIES, Space, Float
 }
 REFERENCE = Path(__file__).resolve().parent / "reference"

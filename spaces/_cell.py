@@ -24,7 +24,7 @@ from spaces._genome import (
     put,
 )
 
-# Op name -> what the model builder makes of it (training._genome_models implements each one).
+# Op name -> what the model builder makes of it (training.models._genome implements each one).
 CELL_OPS: dict[str, str] = {
     "none": "no edge (contributes zero)",
     "skip_connect": "identity",

@@ -34,7 +34,7 @@ from spaces._genome import (
 )
 
 # Op name -> the hyperparameters it takes. Convolutions keep the size ('same' padding), pools
-# halve it (stride 2); training._genome_models implements each one.
+# halve it (stride 2); training.models._genome implements each one.
 MACRO_OPS: dict[str, tuple[str, ...]] = {
     "conv": ("width", "kernel"),
     "max_pool": ("kernel",),

@@ -7,15 +7,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 import spaces
-from training._data import check_dataset_name
-from training._plugins import check_name
-from training._prune_config import (
+from training.algorithms import ALGORITHMS
+from training.data import check_dataset_name
+from training.plugins import check_name
+from training.pruning import (
     SEARCHABLE_PRUNE,
     PruneConfig,
     apply_prune_params,
     unprunable,
 )
-from training._registry import ALGORITHMS
 
 ACTIVATIONS = ("relu", "tanh", "gelu", "silu")
 OPTIMIZERS = ("sgd", "adam")
@@ -35,7 +35,7 @@ _FIELDS = (
     "send_every",
     "local_steps",
 )
-# ... and the keys of [training] prune, as prune_<key> (training/_prune_config.py).
+# ... and the keys of [training] prune, as prune_<key> (training/pruning/_config.py).
 SEARCHABLE = _FIELDS + SEARCHABLE_PRUNE
 # Algorithms that exchange state between ranks: with one rank nothing is exchanged and each is
 # plain SGD (ASGD has no peer to write to, an average of one is a no-op), a repeat of "sync".
@@ -67,7 +67,7 @@ class TrainConfig(BaseModel):
     )
     dropout: float = Field(0.0, ge=0, lt=1, description="built-in MLP: dropout rate")
     ranks: int = Field(2, ge=1, description="MPI ranks per trial")
-    algorithm: str = Field("sync", description="one of training._registry.ALGORITHMS")
+    algorithm: str = Field("sync", description="one of training.algorithms._registry.ALGORITHMS")
     send_every: int = Field(
         4, ge=1, description="asgd: steps between two state sends (why 4: README, training core)"
     )
@@ -95,7 +95,8 @@ class TrainConfig(BaseModel):
         "for each other in a session call (report, save_checkpoint, the end of training) "
         "before the trial fails",
     )
-    # What users bring (training._plugins): "package.module:function" names, resolved on the ranks.
+    # What users bring (training.plugins._plugins): "package.module:function" names, resolved on
+    # the ranks.
     model: str | None = Field(None, description="build(params, data) -> torch.nn.Module")
     loss: str | None = Field(None, description="make_loss(params) -> (output, target) -> mean")
     metrics: str | None = Field(None, description="metrics(output, target) -> {name: mean}")

@@ -8,7 +8,8 @@ from typing import Any
 
 @dataclass(frozen=True, kw_only=True)
 class TrialSpec:
-    """Everything ``python -m training.worker SPEC.json`` needs. No torch objects, JSON only."""
+    """Everything ``python -m training.jobs.worker SPEC.json`` needs. No torch objects, JSON
+    only."""
 
     config: dict[str, Any]
     objectives: list[str] = field(default_factory=lambda: ["val_accuracy"])
@@ -24,14 +25,15 @@ class TrialSpec:
     result_path: str | None = None
     weights_path: str | None = None
     ask_time: float | None = None
-    warm: bool = False  # run on a warm pool of ranks (training._warm_pool) instead of a fresh job
+    # run on a warm pool of ranks (training.launch._warm_pool) instead of a fresh job
+    warm: bool = False
     # A warm pool this wide serves the trial on a sub-communicator of its first `ranks` ranks,
     # so segments of one trial at any width up to it share one pool and its memory of their
-    # paused states (training._regroup: the in-place resize); None: a pool of `ranks`.
+    # paused states (training.jobs._regroup: the in-place resize); None: a pool of `ranks`.
     pool_ranks: int | None = None
-    checkpoints: dict[str, Any] | None = None  # training._checkpoint.CheckpointPlan as JSON
+    checkpoints: dict[str, Any] | None = None  # training.storage.CheckpointPlan as JSON
     resume_from: str | None = None  # artifact id of the checkpoint this trial continues from
-    # A user's own loop (training._own_loop): {"function": "pkg.mod:train", "params": {...},
+    # A user's own loop (training.jobs._own_loop): {"function": "pkg.mod:train", "params": {...},
     # "sys_path": [...]}; None: the built-in trainer trains ``config``.
     own_loop: dict[str, Any] | None = None
 

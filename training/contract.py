@@ -10,12 +10,6 @@ is :mod:`training.launch`.
 'postgresql://me:***@db/optuna'
 """
 
-from training._artifacts import (
-    CHECKPOINT_ATTR,
-    FREE_ON_RESTORE,
-    CheckpointPlan,
-    artifact_store,
-)
 from training._config import (
     METRICS,
     MIN_RANKS,
@@ -24,16 +18,20 @@ from training._config import (
     TrainConfig,
     ranks_message,
 )
-from training._data import check_dataset_loads
-from training._launcher import DEFAULT_LAUNCHER, SINGLE_NODE_ENV
-from training._plugin_check import check_own_loop, check_plugins
-from training._plugins import PluginError
-from training._prune_config import field_of as prune_field
-from training._prune_config import unprunable
-from training._reporting import VECTOR_ATTR, build_pruner
 from training._spec import TrialSpec
-from training._storage import (
+from training.data import check_dataset_loads
+from training.launch import DEFAULT_LAUNCHER, SINGLE_NODE_ENV
+from training.plugins import PluginError, check_name, import_function
+from training.plugins.check import check_own_loop, check_plugins
+from training.pruning import field_of as prune_field
+from training.pruning import unprunable
+from training.session import CONTINUE, VECTOR_ATTR, OptunaReporter, build_pruner
+from training.storage import (
+    CHECKPOINT_ATTR,
     DEFAULT_STORAGE,
+    FREE_ON_RESTORE,
+    CheckpointPlan,
+    artifact_store,
     journal_path,
     open_storage,
     redact,
@@ -43,6 +41,10 @@ from training._storage import (
 )
 
 __all__ = [
+    "CONTINUE",
+    "OptunaReporter",
+    "check_name",
+    "import_function",
     "CHECKPOINT_ATTR",
     "CheckpointPlan",
     "DEFAULT_LAUNCHER",

@@ -81,7 +81,7 @@ def train_curve(sf: StudyFile, config: dict[str, Any], data: Dataset) -> dict[st
     """Train one configuration for every epoch on ``MPI.COMM_SELF``, in process, no pruning."""
     from mpi4py import MPI
 
-    from training._trainer import Trainer
+    from training.jobs import Trainer
 
     cfg = sf.training.with_params(config["values"]).model_copy(
         update={"genome": config["genome"]}

@@ -16,7 +16,7 @@ from typing import Any
 def _init(initializer: Callable[[], None] | None) -> None:
     """A pool process ends with the benchmark that started it (SIGTERM when its parent dies,
     as the launcher's ranks do): a benchmark killed mid-run leaves no worker computing on."""
-    from training._launcher import die_with_parent
+    from training.launch import die_with_parent
 
     die_with_parent()
     if initializer is not None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 TAG_VAR = "DETOL_SOAK_TAG"
-RANK_MODULES = ("training.warm_worker", "training.worker")
+RANK_MODULES = ("training.jobs.warm_worker", "training.jobs.worker")
 
 
 # --- processes -------------------------------------------------------------------------------
@@ -146,7 +146,7 @@ def read_trials(url: str, name: str) -> list[Any] | None:
     """The study's trials through plain Optuna; None when the study is not made yet."""
     import optuna
 
-    from training._storage import schema_race
+    from training.storage import schema_race
 
     for attempt in range(6):
         try:

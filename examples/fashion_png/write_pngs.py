@@ -37,7 +37,7 @@ def class_folder(label: int) -> str:
 def read_arrays() -> dict[str, np.ndarray]:
     """The four IDX arrays (images uint8 (N, 28, 28), labels uint8 (N,)), FileNotFoundError
     naming where they were looked for."""
-    from training._data import FASHION_MNIST_FILES, fashion_mnist_dirs, read_idx
+    from training.data import FASHION_MNIST_FILES, fashion_mnist_dirs, read_idx
 
     for d in fashion_mnist_dirs():
         if all((d / name).is_file() for name in FASHION_MNIST_FILES.values()):

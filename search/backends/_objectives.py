@@ -33,12 +33,13 @@ import importlib
 import inspect
 import math
 import os
-import re
 import sys
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from training.contract import check_name, import_function
 
 # Built-in benchmark objectives: prefix -> (module, the names after the colon it accepts).
 BENCHMARKS: dict[str, str] = {
@@ -47,7 +48,6 @@ BENCHMARKS: dict[str, str] = {
     "flat": "search.simulated._flat",
 }
 OWN_LOOP = "mpi"  # objective = "mpi:package.module:train": train(session) on MPI ranks
-_FUNCTION = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
 
 
 class Pruned(Exception):  # noqa: N818 - reads as the outcome, like optuna.TrialPruned
@@ -73,8 +73,6 @@ def check_objective(text: str) -> None:
         if rest not in datasets:
             raise ValueError(f"unknown {prefix} dataset {rest!r} (known: {list(datasets)})")
         return
-    if not _FUNCTION.match(text):
-        raise ValueError(f"{text!r} is not 'package.module:function'")
     resolve(text)
 
 
@@ -83,9 +81,11 @@ def check_own_loop(text: str) -> None:
     imports is checked in a fresh Python with [launcher] env, as the other plug-ins are
     (``training.contract.check_own_loop``, from ``search run`` and ``search validate``): the
     driver never imports the user's loop."""
-    if not _FUNCTION.match(text):
+    try:
+        check_name(text)
+    except ValueError:
         raise ValueError(f"'mpi:{text}' is not 'mpi:package.module:function' (a loop of your "
-                         "own: def function(session))")
+                         "own: def function(session))") from None
 
 
 def own_loop(text: str | None) -> str | None:
@@ -97,18 +97,9 @@ def own_loop(text: str | None) -> str | None:
 
 
 def resolve(text: str) -> Callable[..., Any]:
-    """The function named ``package.module:function``; ValueError (one line) if it is not there."""
-    module_name, _, name = text.partition(":")
-    if os.getcwd() not in sys.path:  # as `python -m` would: modules beside the user come first
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"cannot import {module_name!r}: {exc}") from None
-    fn = getattr(module, name, None)
-    if not callable(fn):
-        raise ValueError(f"module {module_name!r} has no function {name!r}")
-    return fn  # type: ignore[no-any-return]
+    """The function named ``package.module:function``; ValueError (one line) if it is not there.
+    As ``python -m`` would, modules beside the user (the working directory) come first."""
+    return import_function(text, sys_path=[os.getcwd()])
 
 
 def benchmark_space_check(text: str) -> Callable[[Any], None]:
@@ -138,7 +129,7 @@ def _values(
 
 
 def _reporter(task: Mapping[str, Any]) -> Callable[[int, Any], None]:
-    from training._reporting import CONTINUE, OptunaReporter
+    from training.contract import CONTINUE, OptunaReporter
 
     reporter = None
 

@@ -204,7 +204,7 @@ class Driver:
             ask_time=ask_time,
             warm=self.sf.launcher.warm,
             # [resize] on a warm pool: one pool of max_ranks serves every width of a trial, a
-            # continuation it paused restores from the pool's memory (training._regroup).
+            # continuation it paused restores from the pool's memory (training.jobs._regroup).
             pool_ranks=self.resize.max_ranks if self.resize is not None else None,
             checkpoints=self.checkpoints,
             resume_from=str(resume["id"]) if resume is not None else None,
@@ -268,7 +268,7 @@ class Driver:
     def _affinity(self, attrs: dict[str, Any], spec: TrialSpec) -> dict[str, Any]:
         """A continuation on warm pools goes back to the Dask worker that ran its parent when
         that worker is idle (else anywhere, not to wait for it): its pool holds the paused
-        state in memory (training._regroup)."""
+        state in memory (training.jobs._regroup)."""
         if not (spec.warm and spec.pool_ranks and RESUME_OF_ATTR in attrs) or self.simulated:
             return {}
         parent = self.study._storage.get_trial(  # noqa: SLF001 - one trial by number

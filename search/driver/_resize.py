@@ -1,7 +1,8 @@
 """The resource policy: how wide a trial's next segment runs (issue 31).
 
 Policy apart from mechanism, as Dask keeps ``Adaptive`` apart from the cluster: this module only
-*decides* a width; ``training._reshard`` restores a checkpoint of P ranks on the Q ranks decided
+*decides* a width; ``training.state._reshard`` restores a checkpoint of P ranks on the Q ranks
+decided
 here, the driver (search.driver._driver) submits the job with Q slots, and the replay of recorded
 curves (search.pruners._replay) runs its simulated segments with the same decision, taken in the
 same place (``search.driver._segments.queue_promotion``).
@@ -13,7 +14,8 @@ wider than the segment that paused, up to ``max_ranks``. A trial that reaches a 
 rung climbed is a width change, through the checkpoint. Early rungs test many configurations
 narrowly; the few that survive train wide. The global batch stays what the study asked and is
 split ``batch[q::Q]`` across the wider job: sync SGD on Q ranks then computes the very update of P
-ranks (training._reshard), so the learning rate the search chose stays valid, with no warm-up and
+ranks (training.state._reshard), so the learning rate the search chose stays valid, with no warm-up
+and
 no linear-scaling rule to tune (a rule that changes the optimisation a rung halfway through
 would make a widened trial's curve incomparable with the narrow ones it is ranked against).
 
@@ -131,7 +133,7 @@ def next_width(policy: WidenOnPromotion | None, parent: FrozenTrial) -> dict[str
 
 def reshardable(trial: FrozenTrial) -> bool:
     """Whether ``trial``'s checkpoint restores on another rank count: the built-in trainer's
-    always do; an own loop's when it saved with ``reshard=True`` (recorded by training.worker
+    always do; an own loop's when it saved with ``reshard=True`` (recorded by training.jobs.worker
     beside the checkpoint's id; a checkpoint recorded without the flag predates it: built-in)."""
     checkpoint = trial.user_attrs.get(CHECKPOINT_ATTR)
     return not isinstance(checkpoint, dict) or bool(checkpoint.get("reshard", True))

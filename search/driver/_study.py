@@ -54,9 +54,9 @@ CHANGES_ATTR = "detol:study_changes"  # the accepted changes, one entry per run 
 # comparable. Strategy and pruner change which trials are run, not what a trial means: allowed,
 # and said. Anything else (objective, metric, direction, [training], [space]) changes what a
 # trial's value means: refused. The [training] settings that may change are exactly those a
-# checkpoint restores across (training._artifacts.FREE_ON_RESTORE, less ``epochs``, which
+# checkpoint restores across (training.storage._artifacts.FREE_ON_RESTORE, less ``epochs``, which
 # changes what a trial's value means, and ``ranks``, which changes asgd's, localsgd's and
-# simuparallel's results: a width the trial's checkpoints restore across (training._reshard),
+# simuparallel's results: a width the trial's checkpoints restore across (training.state._reshard),
 # but for the study a setting of what is trained; ``[resize]`` changes widths per segment):
 # a paused trial stays promotable whatever changes here.
 _HOW_TO_RUN = ("name", "storage", "budget.", "cluster.", "launcher.", "checkpoints.",

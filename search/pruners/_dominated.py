@@ -2,7 +2,8 @@
 
 Optuna refuses ``trial.report`` and ``should_prune`` in multi-objective studies and has no pruner
 for them (optuna#3450). Here rank 0 records each epoch's metrics, one entry per objective in
-``metric`` order, as the trial user attribute ``detol:vector:EPOCH`` (``training._reporting``),
+``metric`` order, as the trial user attribute ``detol:vector:EPOCH``
+(``training.session._reporting``),
 and :class:`DominatedPruner` reads them back from every trial of the study.
 
 **The rule.** At epoch ``e``, once ``n_startup_trials`` trials have completed and ``e >=

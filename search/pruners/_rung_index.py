@@ -34,7 +34,7 @@ import optuna
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from search.pruners._promotion import (
+from search.pruners._lineage import (
     COUNTED,
     MAX_FAILED_CONTINUATIONS,
     PAUSED_ATTR,

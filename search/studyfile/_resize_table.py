@@ -12,7 +12,7 @@
     idle = true      # and at the study's end, idle slots widen the running trials
 
 The policy is search.driver._resize.WidenOnPromotion; the checkpoints that carry a trial to its
-new width are training._reshard's. Checked against the rest of the study file by
+new width are training.state._reshard's. Checked against the rest of the study file by
 :func:`resize_problems`.
 """
 

@@ -291,7 +291,7 @@ class Pruner(_Strict):
 
 
 class Checkpoints(_Strict):
-    """Trial checkpoints in an Optuna artifact store (training/_checkpoint.py)."""
+    """Trial checkpoints in an Optuna artifact store (training/state/_checkpoint.py)."""
 
     every: int = Field(
         0, ge=0, description="epochs between two checkpoints; 0: only when a trial pauses"

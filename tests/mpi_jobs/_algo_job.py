@@ -7,16 +7,20 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import torch
 from mpi4py import MPI
 
 from training._config import TrainConfig
-from training._interface import flat_parameters
-from training._kmeans import KMeans, kmeans_data, kmeans_loss, lloyd, train_kmeans
-from training._registry import ALGORITHMS, make_algorithm
-from training._trainer import Trainer
+from training.algorithms._base import flat_parameters
+from training.algorithms._registry import ALGORITHMS, make_algorithm
+from training.jobs._trainer import Trainer
+
+# K-means (the ASGD paper's first experiment) lives with the benchmark that runs it.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from _common.kmeans import KMeans, kmeans_data, kmeans_loss, lloyd, train_kmeans  # noqa: E402
 
 
 def lockstep_spread(comm: MPI.Comm, algorithm: str, x: np.ndarray, init: np.ndarray) -> dict:

@@ -17,9 +17,9 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from training._asgd import asgd_update, parzen_gate
-from training._interface import flat_parameters, set_flat_parameters
-from training._registry import make_algorithm
+from training.algorithms._asgd import asgd_update, parzen_gate
+from training.algorithms._base import flat_parameters, set_flat_parameters
+from training.algorithms._registry import make_algorithm
 
 EPS = 0.1
 W_I = np.array([1.0, -2.0, 0.5, 3.0], np.float32)

@@ -20,11 +20,11 @@ import torch
 from mpi4py import MPI
 from optuna.artifacts import FileSystemArtifactStore
 
-from training._artifacts import CheckpointPlan
-from training._checkpoint import Checkpointer, CheckpointError
 from training._config import TrainConfig
-from training._interface import flat_parameters
-from training._trainer import Trainer
+from training.algorithms._base import flat_parameters
+from training.jobs._trainer import Trainer
+from training.state._checkpoint import Checkpointer, CheckpointError
+from training.storage._artifacts import CheckpointPlan
 
 
 def checkpointer(comm: MPI.Comm, store: FileSystemArtifactStore, every: int) -> Checkpointer:
@@ -95,7 +95,7 @@ def main(out: str) -> None:
         }
 
     # The epoch-2 checkpoint of the last algorithm, offered to a one-rank job: the trainer's
-    # checkpoints reshard (training._reshard), so it restores the mean of the two ranks.
+    # checkpoints reshard (training.state._reshard), so it restores the mean of the two ranks.
     single = comm.Split(color=comm.rank, key=0)
     one_rank: dict = {}
     if comm.rank == 0:

@@ -12,7 +12,7 @@ from pathlib import Path
 from mpi4py import MPI
 
 from training._config import TrainConfig
-from training._trainer import Trainer
+from training.jobs._trainer import Trainer
 
 
 def main(out: str) -> None:

@@ -21,8 +21,8 @@ from mpi4py import MPI
 from optuna.artifacts import FileSystemArtifactStore
 
 from training._config import TrainConfig
-from training._interface import flat_parameters
-from training._trainer import Trainer
+from training.algorithms._base import flat_parameters
+from training.jobs._trainer import Trainer
 
 BASE = {"dataset": "digits", "epochs": 2, "hidden": 32, "layers": 2, "lr": 0.05, "seed": 3}
 PLUGINS = {"model": "_user_plugins:build", "dataset": "_user_plugins:digits",

@@ -24,9 +24,9 @@ from mpi4py import MPI
 from optuna.artifacts import FileSystemArtifactStore
 
 from training._config import TrainConfig
-from training._interface import flat_parameters
-from training._pruning import agreed, widths
-from training._trainer import Trainer
+from training.algorithms._base import flat_parameters
+from training.jobs._trainer import Trainer
+from training.pruning._units import agreed, widths
 
 STACK = {"family": "stack", "layers": [
     {"kind": "conv", "width": 16, "activation": "relu", "dropout": 0.0, "kernel": 3, "pool": True},

@@ -7,7 +7,7 @@ pauses it at the segment's last epoch, which writes the checkpoint.
 - sync: 3 epochs at a fixed width of 2 ranks, against 2 -> 1 -> 3 ranks (an epoch each), the
   global batch fixed; momentum on, so the optimizer state travels too.
 - asgd, localsgd, simuparallel: 2 -> 3 -> 2 ranks; the states restored at each resize are
-  compared with the rule of training._reshard (grow: rank q copies rank q % P; shrink: rank q
+  compared with the rule of training.state._reshard (grow: rank q copies rank q % P; shrink: rank q
   is the mean of ranks p % Q == q), and the trial trains on to the end.
 
 Usage: mpiexec -n 3 python tests/mpi_jobs/_reshard_job.py OUT.json
@@ -27,9 +27,9 @@ from mpi4py import MPI
 from optuna.artifacts import FileSystemArtifactStore
 
 from training._config import TrainConfig
-from training._interface import flat_parameters
-from training._reporting import CONTINUE, PAUSE
-from training._trainer import Trainer
+from training.algorithms._base import flat_parameters
+from training.jobs._trainer import Trainer
+from training.session._reporting import CONTINUE, PAUSE
 
 
 class Recording(Trainer):

@@ -28,7 +28,7 @@ def _copy(tmp_path: Path, study: str) -> None:
 # A name that does not parse is the study file's error; one that does not import (checked in a
 # fresh Python with [launcher] env, as the plug-ins are) is the plug-in check's, like theirs.
 @pytest.mark.parametrize(("objective", "error"), [
-    ("mpi:nope.mod:train", "objective: cannot import 'nope.mod': No module named 'nope'"),
+    ("mpi:nope.mod:train", "objective: cannot import 'nope.mod': ModuleNotFoundError: No module named 'nope'"),
     ("mpi:examples.own_loop.train:nothere",
      "objective: module 'examples.own_loop.train' has no function 'nothere'"),
     ("mpi:mine:two", "objective: mine:two must take one argument, the session: "

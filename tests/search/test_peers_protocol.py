@@ -176,4 +176,5 @@ def test_benchmark_helpers_import_one_way() -> None:
         "flat_peers": set(),  # run as a script in a peer's own venv: imports no helper
         "soak": set(),
         "job_pool": set(),
+        "kmeans": set(),  # the ASGD paper's K-means (kmeans_asgd.py, asgd_exchange.py)
     }

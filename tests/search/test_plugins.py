@@ -84,13 +84,13 @@ BAD = [
      "training.dataset: module '_user_plugins' has no function 'no_such_function'"),
 ]
 # The checks of GOOD and of each BAD study in ONE fresh Python with ENV (torch imported once,
-# not once per case): the check's own code (training._plugin_check._run) on each request.
+# not once per case): the check's own code (training.plugins.check._run) on each request.
 # check_plugins' process around it (environment, answer, errors) is what _check and
 # test_search_validate_prints_the_line_and_writes_nothing run.
 _MANY = """
 import json, sys
-from training._plugin_check import _run
-from training._plugins import PluginError
+from training.plugins.check import _run
+from training.plugins._plugins import PluginError
 lines = []
 for request in json.loads(sys.stdin.read()):
     try:

@@ -1,5 +1,5 @@
 """A continuation on warm pools goes back to its parent's Dask worker when that worker is idle
-(its pool holds the paused state in memory: training._regroup), and anywhere otherwise."""
+(its pool holds the paused state in memory: training.jobs._regroup), and anywhere otherwise."""
 
 from __future__ import annotations
 

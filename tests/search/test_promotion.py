@@ -200,7 +200,7 @@ def _uninterrupted(study_file: Path, params: dict) -> list[dict]:
     from mpi4py import MPI
 
     from search.studyfile._study_file import load_study_file
-    from training._trainer import Trainer
+    from training.jobs._trainer import Trainer
 
     config = load_study_file(study_file).training.with_params(params)
     return Trainer(config, MPI.COMM_SELF).train().history

@@ -58,7 +58,7 @@ def _kill_the_driver(tmp_path: Path, when: str, jobs: Callable[[], list[str]],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         if when == "mid-trial":  # an MPI rank (the training worker) of this study runs
-            started = _until(lambda: any("training.worker" in _cmdline(p)
+            started = _until(lambda: any("training.jobs.worker" in _cmdline(p)
                                          for p in _processes_tagged(tag)), 120)
             assert started >= 0, f"no trial started; queue: {jobs()}"
             assert jobs(), "the trial runs in a batch job"

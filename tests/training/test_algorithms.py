@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.mpi_helpers import run_mpi_job
-from training._registry import ALGORITHMS
+from training.algorithms._registry import ALGORITHMS
 
 pytestmark = pytest.mark.mpi
 

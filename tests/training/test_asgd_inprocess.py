@@ -10,7 +10,7 @@ import pytest
 import torch
 from mpi4py import MPI
 
-from training._asgd import ASGD, asgd_update, parzen_gate
+from training.algorithms._asgd import ASGD, asgd_update, parzen_gate
 
 
 def _asgd(n: int = 6, lr: float = 0.1, send_every: int = 1) -> ASGD:

@@ -1,4 +1,4 @@
-"""training/_asgd.py's rules that its full mutant set found untested (issue 33): a slot's layout
+"""training/algorithms/_asgd.py's rules that its full mutant set found untested (issue 33): a slot's layout
 (the trailer 8-byte aligned, no byte wasted), the parameters rebound as views of one buffer in
 order, a refusal that says what is wrong, a lone rank that never times an exchange."""
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 from mpi4py import MPI
 
-from training._asgd import (
+from training.algorithms._asgd import (
     ASGD,
     EMPTY,
     Slot,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training._asgd import (
+from training.algorithms._asgd import (
     EMPTY,
     NEW,
     OLD,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from training._artifacts import artifact_store
+from training.storage._artifacts import artifact_store
 
 
 class _Dies(io.RawIOBase):

@@ -1,4 +1,4 @@
-"""training._checkpoint's rules, in-process (issue 33: the full mutant set of the module).
+"""training.state._checkpoint's rules, in-process (issue 33: the full mutant set of the module).
 
 The MPI side is a two-rank stand-in for ``comm`` (gather/scatter with mpi4py's signatures and
 root semantics) so rank 0 and rank 1 of one save and one load are seen from one process; the
@@ -15,16 +15,16 @@ import pytest
 import torch
 from mpi4py import MPI
 
-import training._checkpoint as ckpt
-from training._artifacts import FREE_ON_RESTORE, CheckpointPlan
-from training._checkpoint import (
+import training.state._checkpoint as ckpt
+from training.state._checkpoint import (
     FORMAT,
     Checkpointer,
     CheckpointError,
     CheckpointMismatch,
     check_compatible,
 )
-from training._reshard import reshard
+from training.state._reshard import reshard
+from training.storage._artifacts import FREE_ON_RESTORE, CheckpointPlan
 
 CONFIG = {"algorithm": "asgd", "seed": 5, "hidden": 128, "epochs": 4}
 
@@ -220,7 +220,7 @@ def test_a_bad_checkpoint_is_one_error_on_every_rank(tmp_path: Path) -> None:
 def test_a_pool_keeps_each_save_in_memory_and_restores_copies_of_it(
     tmp_path: Path, clock: list[float]
 ) -> None:
-    """A warm pool's rank 0 (training._regroup's shelf): a save is kept in memory too, linked on
+    """A warm pool's rank 0 (training.jobs._regroup's shelf): a save is kept in memory too, linked on
     the trial, and a continuation restores it with no file read back, as copies, on any width."""
     shelf: dict[str, dict[str, Any]] = {}
     linked: list[tuple[str, dict[str, Any]]] = []

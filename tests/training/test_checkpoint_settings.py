@@ -10,9 +10,14 @@ import pytest
 import torch
 from mpi4py import MPI
 
-from training._artifacts import CheckpointPlan
-from training._checkpoint import Checkpointer, CheckpointError, CheckpointMismatch, check_compatible
 from training.contract import FREE_ON_RESTORE, TrainConfig
+from training.state._checkpoint import (
+    Checkpointer,
+    CheckpointError,
+    CheckpointMismatch,
+    check_compatible,
+)
+from training.storage._artifacts import CheckpointPlan
 
 
 def _checkpointer(tmp_path: Path) -> Checkpointer:

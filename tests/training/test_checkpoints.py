@@ -39,7 +39,7 @@ def test_every_rank_gets_back_its_own_state(job: Any, algorithm: str) -> None:
 
 
 def test_a_checkpoint_of_two_ranks_restores_on_one(job: Any) -> None:
-    # Resharding (training._reshard): localsgd's two states are merged into one, which trains on.
+    # Resharding (training.state._reshard): localsgd's two states are merged into one, which trains on.
     r = job["one_rank"]
     assert "refused" not in r, r.get("refused")
     assert r["start_epoch"] == 3 and r["accuracy"] > 0.8

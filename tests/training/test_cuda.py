@@ -18,9 +18,9 @@ import pytest
 import torch
 from mpi4py import MPI
 
-from training._asgd import ASGD
-from training._session import describe_device, pick_device
-from training._sync import GradientAllreduce
+from training.algorithms._asgd import ASGD
+from training.algorithms._sync import GradientAllreduce
+from training.session._session import describe_device, pick_device
 
 pytestmark = [
     pytest.mark.cuda,

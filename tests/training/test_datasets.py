@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from training import DATASETS, load_dataset
-from training import _data as data_module
+from training.data import _datasets as data_module
 
 
 def test_registered_names() -> None:

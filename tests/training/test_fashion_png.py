@@ -92,7 +92,7 @@ def test_writer_command_line_errors(tmp_path: Path, capsys: pytest.CaptureFixtur
     with pytest.raises(SystemExit) as exit_info:
         wp.main(["--out", str(tmp_path / "t"), "--limit", "0"])
     assert exit_info.value.code == 2 and "--limit must be >= 1, got 0" in capsys.readouterr().err
-    monkeypatch.setattr("training._data.fashion_mnist_dirs", lambda: [tmp_path / "nowhere"])
+    monkeypatch.setattr("training.data.fashion_mnist_dirs", lambda: [tmp_path / "nowhere"])
     assert wp.main(["--out", str(tmp_path / "t")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: Fashion-MNIST IDX files not found")

@@ -19,7 +19,7 @@ from spaces import (
     StackGenome,
 )
 from tests.spaces.test_genome_families import _permuted_macro, families
-from training._genome_models import ACTIVATIONS, build_genome_model, model_cost
+from training.models._genome import ACTIVATIONS, build_genome_model, model_cost
 
 # mnist1d, digits, 28x28 images (kept small here: 12x12), 2-channel signals.
 SHAPES = [(40,), (1, 8, 8), (1, 12, 12), (2, 10)]
@@ -77,7 +77,7 @@ def test_hand_counted_stack_cost() -> None:
 
 
 def test_an_mlp_stack_matches_the_plain_mlp_builder_in_size() -> None:
-    from training._models import build_mlp
+    from training.models._mlp import build_mlp
 
     genome = StackGenome(layers=(Layer(kind="dense", width=32), Layer(kind="dense", width=32)))
     ours = build_genome_model(genome, (1, 8, 8), 10)

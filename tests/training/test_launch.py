@@ -32,7 +32,7 @@ def test_complete_trial_reports_metrics_and_timings() -> None:
     assert result["samples_per_s"] > 0
     assert 0 < result["launch_overhead_s"] < result["wall_time_s"]
     assert result["rank_seconds"] == pytest.approx(2 * result["wall_time_s"])
-    assert "training.worker" in result["command"]
+    assert "training.jobs.worker" in result["command"]
 
 
 def test_error_on_a_non_root_rank_fails_the_trial_with_its_text(helpers_env: dict) -> None:
@@ -126,8 +126,8 @@ def test_a_job_with_the_wrong_rank_count_fails_instead_of_training(warm: bool) -
 def test_mpi_runs_funneled_unless_async_progress_is_asked(warm: bool) -> None:
     """THREAD_MULTIPLE (mpi4py's default) makes every MPI call take a lock; an MPICH
     progress thread needs it, nothing else in a trial does."""
-    from training._warm_pool import run_warm_trial
     from training.contract import TrainConfig, TrialSpec
+    from training.launch._warm_pool import run_warm_trial
 
     levels = {}
     for progress in (False, True):

@@ -14,13 +14,13 @@ import pytest
 import torch
 from mpi4py import MPI
 
-import training._session as session_module
-from training._artifacts import CheckpointPlan
-from training._checkpoint import Checkpointer
-from training._reporting import CONTINUE, PAUSE, Decision
-from training._session import Session
-from training._trainer import Trainer
+import training.session._session as session_module
 from training.contract import TrainConfig
+from training.jobs._trainer import Trainer
+from training.session._reporting import CONTINUE, PAUSE, Decision
+from training.session._session import Session
+from training.state._checkpoint import Checkpointer
+from training.storage._artifacts import CheckpointPlan
 
 CONFIG = TrainConfig(dataset="digits", epochs=4, ranks=1, hidden=16, lr=0.05, batch_size=64)
 
@@ -137,7 +137,7 @@ def test_an_own_loops_checkpoint_saved_with_reshard_restores_on_another_rank_cou
     tmp_path: Path, reshard: bool
 ) -> None:
     # What the trainer's checkpoints do, an own loop gains: two asgd ranks' states written with
-    # reshard=True restore on one rank as their mean (training._reshard); without, refused.
+    # reshard=True restore on one rank as their mean (training.state._reshard); without, refused.
     identity = {"objective": "mine:train", "params": {"lr": 0.1}}
     writer = Session(comm=MPI.COMM_SELF, checkpointer=_checkpointer(tmp_path / "store"),
                      identity=identity)

@@ -1,4 +1,4 @@
-"""Uneven ranks on purpose: ``[training] slowdown`` (training/_pace.py) and its validation."""
+"""Uneven ranks on purpose: ``[training] slowdown`` (training/algorithms/_pace.py) and its validation."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from training._config import TrainConfig
-from training._pace import Pace
+from training.algorithms._pace import Pace
 
 
 def _busy(seconds: float) -> None:

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from training._warm_pool import idle_pools, shutdown_pools
 from training.launch import run_trial
+from training.launch._warm_pool import idle_pools, shutdown_pools
 
 pytestmark = pytest.mark.mpi
 
@@ -76,7 +76,7 @@ def test_warm_trials_match_cold_and_skip_the_launch() -> None:
 
     assert learned(second["history"]) == learned(cold["history"])
     assert second["pool"]["pid"] == first["pool"]["pid"] and not second["pool"]["fresh"]
-    assert "training.warm_worker" in second["command"]
+    assert "training.jobs.warm_worker" in second["command"]
     # The second trial finds torch imported: its launch is a fraction of a cold one.
     assert second["launch_overhead_s"] < 0.5 * first["launch_overhead_s"]
     assert second["launch_overhead_s"] < 0.5 * cold["launch_overhead_s"]
@@ -94,7 +94,7 @@ def test_an_exception_on_rank_1_fails_its_trial_and_the_pool_serves_the_next() -
 
 def test_an_idle_pool_sleeps_and_shutdown_leaves_no_rank() -> None:
     assert _trial()["state"] == "complete"
-    ranks = _tagged("training.warm_worker")
+    ranks = _tagged("training.jobs.warm_worker")
     assert len(ranks) >= 2 and idle_pools()
     time.sleep(1.0)  # the trial's own tail of work is done
     # No rank spins in MPI: each idle rank uses far less CPU than a busy loop running beside it

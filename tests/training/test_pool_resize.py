@@ -1,4 +1,4 @@
-"""In-place resize on a warm pool (issue 31, training._regroup): one pool of 2 real MPI ranks
+"""In-place resize on a warm pool (issue 31, training.jobs._regroup): one pool of 2 real MPI ranks
 serves a trial's 1-rank segment and its 2-rank continuation on sub-communicators of the same
 processes; the paused state travels in the pool's memory, not through the checkpoint file, and
 the result is the run through the file and the fixed-width run."""
@@ -15,9 +15,9 @@ import optuna
 import pytest
 import torch
 
-from training._warm_pool import shutdown_pools
 from training.contract import open_storage
 from training.launch import run_trial
+from training.launch._warm_pool import shutdown_pools
 
 pytestmark = pytest.mark.mpi
 

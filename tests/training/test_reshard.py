@@ -1,4 +1,4 @@
-"""training._reshard's rule on plain state dicts (no MPI): what each of Q ranks restores from a
+"""training.state._reshard's rule on plain state dicts (no MPI): what each of Q ranks restores from a
 checkpoint of P ranks, and which checkpoints may change width at all."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from training._checkpoint import CheckpointMismatch, check_compatible
-from training._reshard import reshard, sources
 from training.contract import TrainConfig
+from training.state._checkpoint import CheckpointMismatch, check_compatible
+from training.state._reshard import reshard, sources
 
 
 def _state(rank: int) -> dict:

@@ -2,7 +2,7 @@
 
 One real 3-rank MPI job (tests/mpi_jobs/_reshard_job.py): sync trained 2 -> 1 -> 3 ranks ends
 with the weights of a fixed 2-rank run; asgd, localsgd and simuparallel grow 2 -> 3 and shrink
-3 -> 2 by training._reshard's rule and train on."""
+3 -> 2 by training.state._reshard's rule and train on."""
 
 from __future__ import annotations
 

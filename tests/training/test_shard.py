@@ -1,13 +1,13 @@
-"""Each rank's share of an epoch (training._shard) and the agreement table's reasons
-(training._agreement): pure functions, no MPI."""
+"""Each rank's share of an epoch (training.data._shard) and the agreement table's reasons
+(training.session._agreement): pure functions, no MPI."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from training._agreement import FINISH, REPORT, SAVE, describe
-from training._shard import ShardBatches
+from training.data._shard import ShardBatches
+from training.session._agreement import FINISH, REPORT, SAVE, describe
 
 
 @pytest.mark.parametrize("n", [8, 37, 100, 101])

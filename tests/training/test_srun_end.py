@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from training._launcher import QUEUE_WAIT_S, end_job, still_queued
+from training.launch._line import QUEUE_WAIT_S, end_job, still_queued
 
 
 def test_srun_gets_sigterm_before_the_group_is_killed(tmp_path: Path) -> None:

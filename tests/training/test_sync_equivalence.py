@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from training._models import build_mlp
 from training.launch import launcher_argv
+from training.models._mlp import build_mlp
 
 pytestmark = pytest.mark.mpi
 
@@ -25,7 +25,7 @@ def _train(tmp: Path, ranks: int, config: dict, learned: float = 0.6) -> dict[st
     }
     (tmp / f"spec{ranks}.json").write_text(json.dumps(spec))
     argv = launcher_argv("mpiexec -n {ranks}", ranks)
-    argv += [sys.executable, "-m", "training.worker", str(tmp / f"spec{ranks}.json")]
+    argv += [sys.executable, "-m", "training.jobs.worker", str(tmp / f"spec{ranks}.json")]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads((tmp / f"r{ranks}.json").read_text())

@@ -12,9 +12,9 @@ import torch
 from torch import nn
 
 from spaces import genome_from_dict
-from training._genome_models import build_genome_model
-from training._prune_config import PruneConfig
-from training._pruning import UnitPruning, choose, groups, importance, taylor_batch
+from training.models._genome import build_genome_model
+from training.pruning._config import PruneConfig
+from training.pruning._units import UnitPruning, choose, groups, importance, taylor_batch
 
 STACK = {"family": "stack", "layers": [
     {"kind": "conv", "width": 8, "activation": "relu", "dropout": 0.0, "kernel": 3, "pool": True},

@@ -13,9 +13,9 @@ from search._errors import StudyError
 from search.studyfile import parse_study
 from spaces import genome_from_dict
 from training._config import TrainConfig
-from training._genome_models import build_genome_model, model_cost
-from training._prune_config import PruneConfig
-from training._pruning import PruneError, UnitPruning, groups, remove_units, resize, widths
+from training.models._genome import build_genome_model, model_cost
+from training.pruning._config import PruneConfig
+from training.pruning._units import PruneError, UnitPruning, groups, remove_units, resize, widths
 
 STACK = {"family": "stack", "layers": [
     {"kind": "conv", "width": 16, "activation": "relu", "dropout": 0.0, "kernel": 3, "pool": True},

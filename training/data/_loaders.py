@@ -1,0 +1,247 @@
+"""Data is read, not copied: every split is a map-style dataset read through a ``DataLoader``,
+and each rank reads only its share of every epoch.
+
+- sync (and batch): :class:`GlobalBatchSlices` yields this rank's slice ``batch[rank::size]``
+  of each global batch of the epoch's permutation ``default_rng([seed, epoch])``;
+- asgd, localsgd, simuparallel on several ranks: :class:`ClaimedBatches` yields the local
+  batches this rank claims (:mod:`training.data._claims`), so a fast rank reads more;
+- validation and test: a strided shard ``range(rank, n, size)``; metrics are summed weighted by
+  samples and reduced over ranks, so P ranks report what one rank would.
+
+The built-in datasets (and a user's ``training.Dataset`` of arrays) are :class:`InMemory`: two
+tensors indexed a whole batch at a time (``__getitems__``), no per-sample work.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+from collections.abc import Iterator, Sized
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Sampler, default_collate
+
+from training._config import TrainConfig
+from training.data._datasets import DATASETS, Dataset
+from training.plugins import DataInfo, PluginError, TorchDatasets, resolve
+
+if TYPE_CHECKING:  # not at run time: loader workers import this module and must not start MPI
+    from training.data._claims import BatchClaims
+
+# Loader workers start from a fork server: a fresh Python (no MPI state, unlike a fork of the
+# rank, which MPI libraries do not support) that has imported torch once; each worker is a
+# cheap fork of it. See docs/user-models.md ("Loader workers").
+WORKER_CONTEXT = "forkserver"
+# What the fork server imports once, before it forks workers: torch, this module, and the
+# dataset plug-ins' modules (load_train_data adds them), so a worker imports neither torch nor
+# the user's libraries again, and the plug-in's own imports run first, in its order.
+FORKSERVER_PRELOAD: list[str] = ["torch", "training.data._loaders"]
+
+
+class InMemory(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """Arrays held in memory, as a map-style dataset that also fetches whole batches."""
+
+    def __init__(self, x: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor) -> None:
+        self.x = torch.as_tensor(x)
+        self.y = torch.as_tensor(y)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x[i], self.y[i]
+
+    def __getitems__(self, rows: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        index = torch.from_numpy(rows) if isinstance(rows, np.ndarray) else torch.as_tensor(
+            rows, dtype=torch.long)
+        if self.x.device.type != "cpu":
+            index = index.to(self.x.device)
+        return self.x[index], self.y[index]
+
+    def to(self, device: torch.device) -> InMemory:
+        return InMemory(self.x.to(device), self.y.to(device))
+
+
+class InMemoryLoader:
+    """An in-memory dataset's batches: ``__getitems__`` of each index array of ``sampler``.
+    What a ``DataLoader`` without workers does, less its per-batch machinery (profiler scope,
+    fetcher, collation), which measurably slows the small models the built-in sets train."""
+
+    def __init__(self, dataset: InMemory, sampler: Sampler[Any]) -> None:
+        self.dataset = dataset
+        self.sampler = sampler
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        fetch = self.dataset.__getitems__
+        for rows in self.sampler:
+            yield fetch(rows)
+
+
+def collate(samples: list[Any]) -> Any:
+    """torch's default collation; an empty local batch (sync: fewer rows than ranks) is None."""
+    return default_collate(samples) if samples else None
+
+
+@dataclass
+class TrainData:
+    """The trial's splits as map-style datasets and what a model builder is told about them."""
+
+    info: DataInfo
+    train: Any
+    val: Any
+    test: Any | None
+
+    @property
+    def in_memory(self) -> bool:
+        return isinstance(self.train, InMemory)
+
+
+def _outputs_of(y: np.ndarray | torch.Tensor) -> int:
+    return 1 if y.ndim <= 1 else int(np.prod(y.shape[1:]))
+
+
+def from_arrays(ds: Dataset, task: str) -> TrainData:
+    ytype = np.float32 if task == "regression" else np.int64
+    split = [InMemory(x, np.asarray(y).astype(ytype, copy=False)) for x, y in (
+        (ds.x_train, ds.y_train), (ds.x_val, ds.y_val), (ds.x_test, ds.y_test))]
+    info = DataInfo(
+        input_shape=tuple(int(s) for s in ds.x_train.shape[1:]),
+        n_classes=int(ds.n_classes) if task == "classification" else None,
+        n_targets=_outputs_of(ds.y_train) if task == "regression" else None,
+        task=task,
+        n_train=len(ds.x_train),
+    )
+    return TrainData(info, split[0], split[1], split[2] if len(ds.x_test) else None)
+
+
+def _from_torch(ds: TorchDatasets, task: str) -> TrainData:
+    x0, y0 = ds.train[0]
+    shape = ds.input_shape or tuple(int(s) for s in torch.as_tensor(x0).shape)
+    n_classes = n_targets = None
+    if task == "classification":
+        n_classes = ds.n_classes
+        if n_classes is None and hasattr(ds.train, "classes"):
+            n_classes = len(ds.train.classes)
+        if n_classes is None:
+            raise PluginError("training.dataset", "cannot tell the number of classes: pass "
+                              "TorchDatasets(..., n_classes=N) or give the train set .classes")
+    else:
+        n_targets = ds.n_targets or int(torch.as_tensor(y0).numel())
+    info = DataInfo(input_shape=shape, n_classes=n_classes, n_targets=n_targets, task=task,
+                    n_train=len(ds.train))
+    return TrainData(info, ds.train, ds.val, ds.test)
+
+
+def load_train_data(config: TrainConfig) -> TrainData:
+    """The trial's data: a built-in set, or the ``dataset`` plug-in's arrays or torch datasets."""
+    if config.dataset in DATASETS:
+        return from_arrays(DATASETS[config.dataset](config.val_fraction), config.task)
+    module, _, func = config.dataset.partition(":")
+    got = resolve("training.dataset", config.dataset)(config.val_fraction)
+    if module not in FORKSERVER_PRELOAD:
+        FORKSERVER_PRELOAD.append(module)
+    if isinstance(got, Dataset):
+        return from_arrays(got, config.task)
+    if isinstance(got, TorchDatasets):
+        return _from_torch(got, config.task)
+    raise PluginError("training.dataset", f"{func}() returned {type(got).__name__}, expected "
+                      "training.Dataset or training.TorchDatasets")
+
+
+class GlobalBatchSlices(Sampler[list[int]]):
+    """This rank's rows ``batch[rank::size]`` of every global batch of the epoch's permutation
+    (an empty list when a short last batch has fewer rows than ranks: sync still steps)."""
+
+    def __init__(self, n: int, *, batch_size: int, seed: int, rank: int, size: int,
+                 arrays: bool = False) -> None:
+        self.n, self.batch_size, self.seed = n, batch_size, seed
+        self.rank, self.size = rank, size
+        self.arrays = arrays  # index arrays (in-memory sets) instead of lists
+        self.epoch = 1
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return -(-self.n // self.batch_size)
+
+    def global_batch(self, i: int) -> int:
+        """Rows of global batch ``i`` (all ranks)."""
+        return min(self.batch_size, self.n - i * self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        order = np.random.default_rng([self.seed, self.epoch]).permutation(self.n)
+        for start in range(0, self.n, self.batch_size):
+            rows = order[start + self.rank : start + self.batch_size : self.size]
+            yield rows if self.arrays else rows.tolist()  # type: ignore[misc]
+
+
+class ClaimedBatches(Sampler[list[int]]):
+    """The local batches of the epoch's permutation that this rank claims, until none are left.
+    Claims are made as the loader asks for indices (ahead of training with workers)."""
+
+    def __init__(self, n: int, *, batch_size: int, seed: int, claims: BatchClaims,
+                 arrays: bool = False) -> None:
+        self.n, self.seed, self.claims, self.arrays = n, seed, claims, arrays
+        self.local = max(1, -(-batch_size // claims.comm.size))  # rows per claimed batch
+        self.batches = -(-n // self.local)
+        self.epoch = 1
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.batches  # an upper bound: this rank takes some of them
+
+    def __iter__(self) -> Iterator[list[int]]:
+        order = np.random.default_rng([self.seed, self.epoch]).permutation(self.n)
+        while (i := self.claims.claim(self.batches)) is not None:
+            rows = order[i * self.local : (i + 1) * self.local]
+            yield rows if self.arrays else rows.tolist()  # type: ignore[misc]
+
+
+class Shard(Sampler[list[int]]):
+    """Evaluation: rows ``range(rank, n, size)`` in batches of ``batch_size``."""
+
+    def __init__(self, n: int, *, batch_size: int, rank: int, size: int) -> None:
+        self.rows = list(range(rank, n, size))
+        self.batch_size = max(1, batch_size)
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.rows) / self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for start in range(0, len(self.rows), self.batch_size):
+            yield self.rows[start : start + self.batch_size]
+
+
+def make_loader(
+    dataset: Sized, sampler: Sampler[list[int]], *, workers: int, device: torch.device
+) -> DataLoader | InMemoryLoader:  # type: ignore[type-arg]
+    """The batches of ``sampler``'s index lists. In-memory sets: whole-batch indexing, no
+    workers; other sets: a DataLoader with ``workers`` processes (kept for the whole trial),
+    pinned memory on CUDA."""
+    if isinstance(dataset, InMemory):
+        return InMemoryLoader(dataset, sampler)
+    context = None
+    if workers > 0:
+        # A worker still runs the rank's __main__ again (multiprocessing's preparation:
+        # training.jobs.worker imports mpi4py), and mpi4py's import would run MPI_Init with the
+        # rank's PMI variables: "PMI_Init returned -1", the worker dies. It never uses MPI.
+        os.environ["MPI4PY_RC_INITIALIZE"] = "false"
+        context = multiprocessing.get_context(WORKER_CONTEXT)
+        # The server (one per rank, started once) imports these; each worker forks from it.
+        context.set_forkserver_preload(FORKSERVER_PRELOAD)
+    return DataLoader(
+        dataset,
+        batch_sampler=sampler,
+        collate_fn=collate,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+        multiprocessing_context=context,
+        pin_memory=device.type == "cuda",
+    )

@@ -1,0 +1,362 @@
+"""One candidate's training loop. Plain model, data and loop; MPI only at the marked edges.
+
+The built-in trainer is one user of :class:`training.Session`, the front that own loops get too:
+its rank, size and device, the epoch's report to rank 0's trial and the pruner's decision on
+every rank, the bounded agreement on those calls, the checkpoints in the trial's artifact store
+(saved when ``checkpoint_due``, restored from ``load_checkpoint``), the training clock and the
+exact reduction of validation sums all come from the session. What is its own: the model, data
+and algorithm built from the configuration, pruning during training, the epoch's loop.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from mpi4py import MPI
+
+from training._config import TrainConfig
+from training.algorithms import Pace, make_algorithm
+from training.data import (
+    BatchClaims,
+    ClaimedBatches,
+    Dataset,
+    GlobalBatchSlices,
+    InMemory,
+    Shard,
+    TrainData,
+    from_arrays,
+    load_train_data,
+    make_loader,
+)
+from training.models import flops
+from training.plugins import build_model, make_batch_sums, make_loss
+from training.pruning import UnitPruning, prune_step, restore_widths, widths
+from training.session import PAUSE, STOP, Reporter, Session, pick_device
+from training.state import Checkpointer
+
+__all__ = ["Trainer", "TrainResult", "pick_device"]
+
+
+@dataclass
+class TrainResult:
+    state: str  # "complete" | "pruned" | "paused" | "failed"
+    exit_reason: str
+    values: dict[str, float]
+    epochs_run: int
+    history: list[dict[str, float]] = field(default_factory=list)
+    train_time_s: float = 0.0
+    samples_per_s: float = 0.0
+    first_step_time: float | None = None
+    n_params: int = 0
+    flops: int = 0
+    test_accuracy: float | None = None
+    counters: dict[str, int] = field(default_factory=dict)
+    slowdown_sleep_s: float = 0.0  # seconds all ranks slept to honour [training] slowdown
+    steps_per_rank: list[int] = field(default_factory=list)  # optimizer steps each rank took
+    start_epoch: int = 1  # > 1: resumed from a checkpoint of epoch start_epoch - 1
+    checkpoint: dict[str, Any] | None = None  # the newest one this run wrote: {"id", "epoch"}
+    checkpoint_s: float = 0.0  # wall seconds rank 0 spent writing checkpoints
+    checkpoint_bytes: int = 0
+
+
+def _sum_over_ranks(comm: MPI.Comm, values: list[float]) -> list[float]:
+    buf = np.asarray(values, dtype=np.float64)
+    if comm.size > 1:
+        comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM)  # waits for all ranks
+    return buf.tolist()
+
+
+class Trainer:
+    """Trains ``config`` on the ranks of ``comm``: a :class:`training.Session` (what
+    ``training.jobs.worker`` passes), or a communicator on which the trainer opens its session with
+    ``reporter`` (rank 0 reports to it after every epoch), ``checkpointer`` and
+    ``resume_from``. :meth:`train` ends the session."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        comm: MPI.Comm | Session,
+        *,
+        reporter: Reporter | None = None,
+        objective: str = "val_accuracy",
+        data: Dataset | None = None,
+        checkpointer: Checkpointer | None = None,
+        resume_from: str | None = None,
+    ) -> None:
+        self.config = config
+        if isinstance(comm, Session):
+            if reporter is not None or checkpointer is not None or resume_from is not None:
+                raise ValueError("Trainer(config, session): the session holds the reporter, "
+                                 "checkpointer and resume_from")
+            self.session = comm
+        else:
+            self.session = Session(comm=comm, reporter=reporter, checkpointer=checkpointer,
+                                   resume_from=resume_from, identity=config.model_dump(),
+                                   agree_timeout_s=config.agree_timeout_s, epochs=config.epochs)
+        comm = self.comm = self.session.comm
+        self.objective = objective
+        self.checkpointer = self.session.checkpointer
+        self.device = self.session.device
+        torch.set_num_threads(config.threads_per_rank)
+        self.data = _as_train_data(data, config)
+        torch.manual_seed(config.seed)  # same initial weights on every rank ...
+        self.model = build_model(config, self.data.info).to(self.device)
+        self.flops = flops(self.model, self.data.info.input_shape)
+        # Pruning during training (training/pruning/_units.py): refuses a model it cannot prune.
+        self.pruning = UnitPruning(config.prune, self.model, comm) if config.prune else None
+        torch.manual_seed(config.seed * 1000 + comm.rank + 1)  # ... different dropout per rank
+        self.algorithm = self.make_algorithm()
+        self.algorithm.broadcast_parameters(root=0)  # ... and rank 0's are the ones that count
+        self.optimizer = self._make_optimizer()
+        self.sum_loss = make_loss(config, summed=True)  # the batch's summed training loss
+        self.batch_sums = make_batch_sums(config)  # validation: sums that add up exactly
+        if self.data.in_memory and self.device.type != "cpu":  # small: kept on the device
+            self.data.train = self.data.train.to(self.device)
+        self.n_train = len(self.data.train)
+        self.first_step_time: float | None = None
+        self.pace = Pace(config.slowdown, comm.rank)  # a straggler on purpose, if asked
+        # Ranks that never wait for each other claim an epoch's batches (training/data/_claims.py).
+        asynchronous = self.algorithm.sync_period() is None and comm.size > 1
+        self.claims = BatchClaims(comm) if asynchronous else None
+        self.sampler: GlobalBatchSlices | ClaimedBatches
+        arrays = self.data.in_memory  # index arrays for in-memory sets, lists for the rest
+        if self.claims is not None:
+            self.sampler = ClaimedBatches(self.n_train, batch_size=config.batch_size,
+                                          seed=config.seed, claims=self.claims, arrays=arrays)
+        else:
+            self.sampler = GlobalBatchSlices(self.n_train, batch_size=config.batch_size,
+                                             seed=config.seed, rank=comm.rank, size=comm.size,
+                                             arrays=arrays)
+        self.loader = make_loader(self.data.train, self.sampler, workers=config.loader_workers,
+                                  device=self.device)
+        self.steps = 0
+        self.rows_read = 0  # training samples this rank read, over all epochs
+
+    def make_algorithm(self) -> Any:
+        """The configured algorithm on the model's current parameters (again after a prune)."""
+        c = self.config
+        return make_algorithm(c.algorithm, self.model, self.comm, lr=c.lr,
+                              send_every=c.send_every, local_steps=c.local_steps,
+                              bucket_bytes=c.bucket_kb * 1024, seed=c.seed)
+
+    def _make_optimizer(self) -> torch.optim.Optimizer:
+        c = self.config
+        if c.optimizer == "adam":
+            return torch.optim.Adam(self.model.parameters(), lr=c.lr, weight_decay=c.weight_decay)
+        return torch.optim.SGD(
+            self.model.parameters(), lr=c.lr, momentum=c.momentum, weight_decay=c.weight_decay
+        )
+
+    @property
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    def _step(self, batch: Any, global_batch: int, last_in_epoch: bool) -> float:
+        """One step of this rank on its ``batch`` (None or empty: no rows, sync still steps);
+        returns its summed loss."""
+        n = 0 if batch is None else len(batch[0])
+        self.algorithm.zero_grad()
+        divisor = self.algorithm.loss_divisor(
+            local_batch=n, global_batch=global_batch, epoch_size=self.n_train
+        )
+        self.pace.start()
+        if n:
+            x = batch[0].to(self.device, non_blocking=True)
+            y = batch[1].to(self.device, non_blocking=True)
+            loss_sum = self.sum_loss(self.model(x), y)
+            (loss_sum / divisor).backward()
+            local_loss = float(loss_sum.detach())
+            self.rows_read += n
+        else:
+            local_loss = 0.0
+        self.pace.stop()
+        if self.algorithm.before_step(last_in_epoch):  # sync: waits for all ranks
+            if self.pruning is not None:
+                self.pruning.after_backward(self.model)  # taylor's sums, the sparsity penalty
+            self.optimizer.step()
+            self.algorithm.after_step()
+            self.steps += 1
+        return local_loss
+
+    def _run_epoch(self, epoch: int) -> float:
+        """Returns the mean training loss over the epoch (all ranks)."""
+        self.model.train()
+        self.sampler.set_epoch(epoch)
+        loss = 0.0
+        if self.first_step_time is None:
+            self.first_step_time = time.time()
+        if isinstance(self.sampler, ClaimedBatches):  # a fast rank takes more batches
+            global_batch = self.sampler.local * self.comm.size
+            for batch in self.loader:
+                loss += self._step(batch, global_batch, last_in_epoch=False)
+        else:
+            last = len(self.sampler) - 1
+            for i, batch in enumerate(self.loader):
+                loss += self._step(batch, self.sampler.global_batch(i), last_in_epoch=i == last)
+        (total,) = _sum_over_ranks(self.comm, [loss])  # waits for all ranks
+        if self.claims is not None:
+            self.claims.end_epoch(self.sampler.batches)  # type: ignore[union-attr]
+        return total / self.n_train
+
+    @torch.no_grad()
+    def evaluate(self, dataset: Any) -> dict[str, float]:
+        """Mean loss and metrics over all of ``dataset``: each rank scores a strided shard;
+        per-batch sums (counts of correct predictions, float64 sums of per-sample losses) are
+        added over ranks by ``session.reduce``, so P ranks report what one would."""
+        self.model.eval()
+        whole = isinstance(dataset, InMemory)  # one batch: as fast as before the loaders
+        size = -(-len(dataset) // self.comm.size) if whole else self.config.batch_size
+        shard = Shard(len(dataset), batch_size=size, rank=self.comm.rank, size=self.comm.size)
+        sums: dict[str, float] = {}
+        count = 0
+        for batch in make_loader(dataset, shard, workers=0, device=self.device):
+            if batch is None or not len(batch[0]):
+                continue
+            x = batch[0].to(self.device, non_blocking=True)
+            y = batch[1].to(self.device, non_blocking=True)
+            for name, value in self.batch_sums(self.model(x), y).items():
+                sums[name] = sums.get(name, 0.0) + value
+            count += len(x)
+        names = self._metric_names(sums)
+        return self.session.reduce({m: (sums.get(m, 0.0), count) for m in names})
+
+    def _metric_names(self, sums: dict[str, float]) -> list[str]:
+        """The same names in the same order on every rank (a rank with no rows has none)."""
+        if self.config.metrics is None:
+            return ["loss", "accuracy" if self.config.task == "classification" else "mae"]
+        found = self.comm.allgather(sorted(sums))  # waits for all ranks
+        return sorted(set().union(*found))
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """This rank's part of a checkpoint: everything its next epoch depends on."""
+        return {
+            "model": self.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "algorithm": self.algorithm.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            # dropout on a GPU draws from the device's generator, not the CPU's
+            "cuda_rng": (torch.cuda.get_rng_state(self.device)
+                         if self.device.type == "cuda" else None),
+            "steps": self.steps,
+            "slept_s": self.pace.slept_s,
+            "widths": widths(self.model) if self.pruning is not None else None,
+            "pruning": self.pruning.state_dict() if self.pruning is not None else None,
+        }
+
+    def load_checkpoint_state(self, state: dict[str, Any]) -> None:
+        if self.pruning is not None:
+            restore_widths(self, state.get("widths"))  # the pruned shapes first (collective)
+            self.pruning.load_state_dict(state.get("pruning"))
+        self.model.load_state_dict(state["model"])  # copies in place: ASGD's flat views hold
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.algorithm.load_state_dict(state["algorithm"])
+        torch.set_rng_state(state["torch_rng"])
+        if state.get("cuda_rng") is not None and self.device.type == "cuda":
+            torch.cuda.set_rng_state(state["cuda_rng"], self.device)
+        self.steps = int(state["steps"])
+        self.pace.slept_s = float(state["slept_s"])
+
+    def _resume(self) -> tuple[int, list[dict[str, float]], float]:
+        """(first epoch to run, the curve so far, training seconds already spent), from the
+        checkpoint the session resumed from (read when it opened), its state loaded."""
+        header, mine = self.session.resumed_header, self.session.load_checkpoint()
+        if header is None or mine is None:
+            return 1, [], 0.0
+        self.load_checkpoint_state(mine)
+        return int(header["epoch"]) + 1, list(header["history"]), float(header["train_time_s"])
+
+    def train(self) -> TrainResult:
+        session = self.session
+        first, history, _ = self._resume()
+        segment_start = time.perf_counter()
+        session.start_clock()  # the curve's train_time_s: from here, earlier segments too
+        state, reason = "complete", "completed all epochs"
+        epochs_run = 0
+        for epoch in range(first, self.config.epochs + 1):
+            if self.pruning is not None:
+                prune_step(self, epoch)  # a step due: waits for all ranks
+            train_loss = self._run_epoch(epoch)
+            epochs_run += 1
+            with self.algorithm.consensus():  # waits for all ranks (except sync)
+                val = self.evaluate(self.data.val)
+            row = {
+                "epoch": epoch,
+                "train_loss": train_loss,
+                **{f"val_{name}": value for name, value in val.items()},
+                "n_params": float(self.n_params),
+                "flops": float(self.flops),
+                # wall seconds of training so far, consensus evaluations included: with
+                # val_accuracy, what decides "which algorithm wins on this allocation"
+                "train_time_s": session.train_time_s(),
+            }
+            history.append(row)
+            if not math.isfinite(train_loss):  # every rank sees the same summed loss
+                state, reason = (
+                    "failed",
+                    f"diverged: training loss is {train_loss} at epoch {epoch}",
+                )
+                break
+            # Rank 0 records the row in its trial; every rank gets the pruner's decision (a
+            # pause without a checkpointer is a stop: nothing to resume from).
+            metrics = {k: v for k, v in row.items() if k != "epoch"}
+            decision = session.report(epoch, metrics)  # waits for all ranks (bounded), rank 0
+            # After the last epoch there is nothing left to save: the trial completes (its
+            # value reported, so the pruner still learns from it) rather than being discarded.
+            if epoch == self.config.epochs:
+                break
+            if decision == STOP:
+                state, reason = "pruned", f"pruned after epoch {epoch}"
+                break
+            if session.checkpoint_due():  # a pause, or [checkpoints] every
+                # restores on another width: training.state._reshard
+                session.save_checkpoint(self.checkpoint_state(), reshard=True)  # all ranks
+            if decision == PAUSE:
+                state, reason = "paused", f"paused after epoch {epoch}"
+                break
+        self.algorithm.finish()
+        if self.claims is not None:
+            self.claims.close()
+        train_time = time.perf_counter() - segment_start  # this run's own seconds
+        (slept,) = _sum_over_ranks(self.comm, [self.pace.slept_s])
+        steps_per_rank = [int(s) for s in self.comm.allgather(self.steps)]  # waits for all
+        test = self.evaluate(self.data.test) if self.data.test is not None else {}
+        session.finish()  # waits for all ranks (bounded): the same reports everywhere
+        last = history[-1]
+        return TrainResult(
+            state=state,
+            exit_reason=reason,
+            values={k: float(v) for k, v in last.items() if k != "epoch"},
+            epochs_run=epochs_run,
+            history=history,
+            train_time_s=train_time,
+            samples_per_s=epochs_run * self.n_train / train_time if train_time else 0.0,
+            first_step_time=self.first_step_time,
+            n_params=self.n_params,
+            flops=self.flops,
+            test_accuracy=test.get("accuracy"),
+            counters=self.algorithm.counters(),
+            slowdown_sleep_s=slept,
+            steps_per_rank=steps_per_rank,
+            start_epoch=first,
+            checkpoint=session.checkpoint,  # rank 0: the newest this run wrote
+            checkpoint_s=self.checkpointer.seconds if self.checkpointer is not None else 0.0,
+            checkpoint_bytes=self.checkpointer.bytes if self.checkpointer is not None else 0,
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+
+
+def _as_train_data(data: TrainData | Dataset | None, config: TrainConfig) -> TrainData:
+    """The trial's data: given (a warm pool loads it before the trial), or loaded here."""
+    if data is None:
+        return load_train_data(config)
+    if isinstance(data, Dataset):  # arrays, as callers before the loaders passed them
+        return from_arrays(data, config.task)
+    return data
+

@@ -1,0 +1,89 @@
+"""One trial on a communicator, for both rank-side programs (the cold job, :mod:`.worker`, and the
+warm pool, :mod:`.warm_worker`): the rank-count guard, the trial's session and checkpointer, and
+the two front doors (a user's own loop or the built-in trainer) behind ``train_spec``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import Any
+
+
+class WrongRankCount(RuntimeError):
+    """The job has another number of ranks than the trial asked for: never train it."""
+
+
+def check_rank_count(comm: Any, ranks: int, launcher: Any) -> None:
+    """WrongRankCount unless ``comm`` has exactly ``ranks`` ranks (before anything is reported).
+
+    The usual cause is a launcher that starts separate single-rank jobs: ``srun -n 2`` under
+    SLURM's ``MpiDefault=none`` starts two singletons, each "rank 0 of 1", both training the
+    whole model and reporting into the same trial.
+    """
+    if comm.size == ranks:
+        return
+    from mpi4py import MPI
+
+    line = launcher if isinstance(launcher, str) else " ".join(launcher)
+    library = MPI.Get_library_version().strip().splitlines()[0]
+    singletons = " (separate single-rank jobs)" if comm.size == 1 and ranks > 1 else ""
+    raise WrongRankCount(
+        f"wrong rank count: the trial asked for {ranks} ranks but its MPI job has "
+        f"{comm.size}{singletons}; launcher line {line!r}. The launcher must start one MPI "
+        f"job of the MPI that mpi4py uses ({library}): with SLURM and the mpich wheel use "
+        "'srun --mpi=pmi2 -n {ranks}', otherwise that MPI's own mpiexec"
+    )
+
+
+def thread_level() -> str:
+    """The thread level MPI was initialised with ("single", "funneled", ...)."""
+    from mpi4py import MPI
+
+    names = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
+             MPI.THREAD_SERIALIZED: "serialized", MPI.THREAD_MULTIPLE: "multiple"}
+    return names.get(MPI.Query_thread(), str(MPI.Query_thread()))
+
+
+def train_spec(spec: Any, config: Any, comm: Any, data: Any = None,
+               memory: Any = None) -> dict[str, Any] | None:
+    """Train one trial on ``comm`` (this job, or a warm pool's); rank 0 returns the result.
+    Two front doors, one session: the user's loop (``spec.own_loop``) or the built-in trainer.
+    ``memory``: a warm pool's shelf of paused states (training.jobs._regroup), on its rank 0."""
+    from training.jobs._open import open_session
+    from training.jobs._trainer import Trainer
+    from training.session import describe_device
+
+    check_rank_count(comm, config.ranks, spec.launcher)
+    if spec.own_loop is not None:  # the user's loop, with a training.Session
+        from training.jobs._own_loop import run_own_loop
+
+        own = run_own_loop(spec, config, comm)
+        if own is None:
+            return None
+        return {**own, "ranks": comm.size, "mpi_thread_level": thread_level(),
+                "finish_time": time.time()}
+    # The study's metric must be in every report, as for an own loop, when reports count.
+    reports = spec.report and spec.storage_url and spec.trial_id is not None
+    session = open_session(spec, config, comm, identity=config.model_dump(),
+                           objectives=list(spec.objectives) if reports else None,
+                           memory=memory)
+    trainer = Trainer(config, session, objective=spec.objectives[0], data=data)
+    result = trainer.train()
+    if comm.rank != 0:
+        return None
+    restored = trainer.checkpointer.restored_from if trainer.checkpointer is not None else ""
+    if spec.weights_path:
+        import torch
+
+        torch.save(trainer.state_dict(), spec.weights_path)
+    out = asdict(result)
+    out["ranks"] = comm.size
+    if restored:  # how this continuation got its state: "memory" is an in-place resize
+        out["restored_from"] = restored
+        out["restore_s"] = trainer.checkpointer.restore_seconds  # type: ignore[union-attr]
+    out["algorithm"] = config.algorithm
+    out["device"] = describe_device(session.device)
+    out["mpi_thread_level"] = thread_level()
+    out["finish_time"] = time.time()
+    return out

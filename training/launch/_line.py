@@ -1,0 +1,216 @@
+"""The launcher line of an MPI job: ``"mpiexec -n {ranks}"`` -> an argv, and the job's environment.
+
+Shared by the cold path (:mod:`training.launch`) and the warm pools
+(:mod:`training.launch._warm_pool`);
+it imports neither, so neither imports the other through it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+DEFAULT_LAUNCHER = "mpiexec -n {ranks}"
+# A job whose ranks all run on one machine: UCX (the mpich wheel's and Open MPI's fast path)
+# over shared memory and loopback only, so the ranks open no port on the machine's network;
+# DETOL_SINGLE_NODE also swaps Hydra for MPICH's gforker (see :func:`launcher_argv`).
+SINGLE_NODE_ENV = {"UCX_TLS": "self,sm", "UCX_NET_DEVICES": "lo", "DETOL_SINGLE_NODE": "1"}
+_HYDRA = ("mpiexec", "mpirun", "mpiexec.hydra")
+_TAIL = 3000
+
+
+class LauncherNotFound(ValueError):
+    """The launcher program is not on this machine (or the launcher line is empty)."""
+
+
+# A job that dies before all its ranks are through MPI_Init ran nothing of the trial (the mpich
+# wheel's UCX once failed to unpack a peer's address here): it is launched again (a fresh job in
+# training.launch, a fresh warm pool in training.launch._warm_pool), at most this many times in all.
+LAUNCH_ATTEMPTS = 3
+LAUNCH_RETRY_WAIT_S = 0.5
+
+def resolve_program(name: str) -> str:
+    """Absolute path of the launcher program, preferring the one installed beside this Python
+    (the ``mpich`` wheel puts ``mpiexec`` there, matching the installed mpi4py)."""
+    here = os.path.dirname(sys.executable)
+    path = os.pathsep.join([here, os.environ.get("PATH", "")])
+    found = shutil.which(name, path=path)
+    if found is None:
+        raise LauncherNotFound(
+            f"launcher program {name!r} not found (install the MPICH wheel with "
+            "'pip install mpich', or set [launcher] command to your MPI's launcher)"
+        )
+    return found
+
+
+def launcher_argv(
+    command: str | Sequence[str], ranks: int, env: Mapping[str, str] | None = None
+) -> list[str]:
+    """``"mpiexec -n {ranks}"`` -> ``["/venv/bin/mpiexec", "-n", "2"]``.
+
+    For a single-node job (``env`` from :data:`SINGLE_NODE_ENV`) whose line is the mpich wheel's
+    plain ``mpiexec -n N``: its ``mpiexec.gforker`` instead. Hydra's control port always listens
+    on 0.0.0.0 (``-iface lo``, ``-localhost 127.0.0.1`` and ``HYDRA_IFACE`` change only the
+    address it hands out); gforker forks the ranks and talks PMI over inherited pipes, so a
+    local study opens no port beyond loopback (issue 27)."""
+    parts = shlex.split(command) if isinstance(command, str) else list(command)
+    if not parts:
+        raise LauncherNotFound("launcher command is empty")
+    argv = [p.replace("{ranks}", str(ranks)) for p in parts]
+    argv[0] = resolve_program(argv[0])
+    if (env or {}).get("DETOL_SINGLE_NODE") == "1":
+        argv[0] = _forker(argv)
+    return argv
+
+
+def _forker(argv: list[str]) -> str:
+    """The gforker beside the wheel's Hydra ``mpiexec`` when ``argv`` is just ``-n N``."""
+    program = argv[0]
+    gforker = os.path.join(os.path.dirname(program), "mpiexec.gforker")
+    plain = len(argv) == 3 and argv[1] in ("-n", "-np") and argv[2].isdigit()
+    hydra = os.path.basename(program) in _HYDRA and os.path.exists(
+        os.path.join(os.path.dirname(program), "hydra_pmi_proxy"))
+    return gforker if plain and hydra and os.access(gforker, os.X_OK) else program
+
+
+def job_env(
+    threads_per_rank: int, async_progress: bool, extra: Mapping[str, str]
+) -> dict[str, str]:
+    """The MPI job's environment: this process's, one torch thread count, ``[launcher] env``.
+
+    MPI is initialised at thread level ``funneled`` (only the main thread calls MPI, which is
+    all the trainer does): mpi4py's default ``multiple`` makes every MPI call take a lock, and
+    with the mpich wheel an RMA ``Flush`` then took ~700 us of wall time on a loaded machine
+    against ~6 us. An MPICH progress thread (``async_progress``) needs ``multiple``.
+    ``[launcher] env`` may set ``MPI4PY_RC_THREAD_LEVEL`` itself.
+    """
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads_per_rank), **extra}
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    if async_progress:
+        env.setdefault("MPIR_CVAR_ASYNC_PROGRESS", "1")
+    if "MPI4PY_RC_THREAD_LEVEL" not in extra:
+        env["MPI4PY_RC_THREAD_LEVEL"] = "multiple" if async_progress else "funneled"
+    return env
+
+
+SRUN_TERM_WAIT_S = 15.0  # srun forwards SIGTERM, waits KillWait (30 s default; 7 s seen here)
+QUEUE_WAIT_S = float(os.environ.get("DETOL_QUEUE_WAIT_S", "60"))
+_QUEUED = re.compile(r"srun: job (\d+) queued and waiting for resources")
+
+
+def _death_signal(sig: int) -> bool:
+    """Ask the kernel for ``sig`` when this process's parent (strictly: the parent's thread that
+    forked it) ends: ``prctl(PR_SET_PDEATHSIG)``. False where that cannot be had."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        return libc.prctl(1, sig) == 0  # PR_SET_PDEATHSIG
+    return False
+
+
+def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """If the Dask worker dies, its mpiexec gets SIGTERM instead of training on as an orphan."""
+    _death_signal(signal.SIGTERM)
+
+
+def end_with_launcher() -> bool:
+    """A rank, first thing: SIGKILL when the process that started it dies (issue 27).
+
+    Hydra's ``mpiexec`` starts the ranks through ``hydra_pmi_proxy``, and both the proxy and each
+    rank call ``setsid``: no process group holds them, and a SIGKILLed proxy left its ranks
+    training (or waiting for a dead peer) past the trial's timeout, whose kill did not reach them.
+    With this, the kernel ends them when their proxy (gforker's ``mpiexec``, a wrapper script)
+    dies, and the job's ``mpiexec`` then exits. Only when that parent has one thread: the signal
+    follows the *thread* that forked the rank, and a multi-threaded launcher (``slurmstepd``,
+    Open MPI's daemons) may fork from a thread that ends while the job runs on. Returns whether
+    it was asked for."""
+    if sys.platform != "linux":
+        return False
+    parent = os.getppid()
+    try:
+        with open(f"/proc/{parent}/status") as f:
+            threads = next(line.split()[1] for line in f if line.startswith("Threads:"))
+    except (OSError, StopIteration):
+        return False
+    if threads != "1" or not _death_signal(signal.SIGKILL):
+        return False
+    if os.getppid() != parent:  # it died before the request took hold
+        os.kill(os.getpid(), signal.SIGKILL)
+    return True
+
+
+def end_job(proc: subprocess.Popen[bytes], argv: Sequence[str]) -> None:
+    """Kill a launched MPI job and everything it started (its process group).
+
+    ``srun`` first gets SIGTERM and up to :data:`SRUN_TERM_WAIT_S` to forward it and release its
+    allocation: an srun that is SIGKILLed cannot, and a task it leaves behind (a rank waiting for
+    a peer) keeps the job RUNNING with nothing to end it (issue 27)."""
+    if proc.poll() is None and argv and os.path.basename(argv[0]) == "srun":
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=SRUN_TERM_WAIT_S)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # the launcher and everything it started
+    proc.wait()
+
+
+def still_queued(output: str, since: float, *, now: float | None = None) -> str:
+    """The reason to give up on a job whose ``srun`` has waited for resources longer than
+    :data:`QUEUE_WAIT_S` (``DETOL_QUEUE_WAIT_S``) since ``since``; empty while it may wait."""
+    match = _QUEUED.search(output)
+    if match is None or "has been allocated resources" in output[match.end():]:
+        return ""
+    waited = (time.time() if now is None else now) - since
+    if waited <= QUEUE_WAIT_S:
+        return ""
+    return (f"srun: job {match.group(1)} still waiting for resources after {waited:.0f} s "
+            f"(DETOL_QUEUE_WAIT_S={QUEUE_WAIT_S:g}): the allocation cannot hold this trial's "
+            "ranks now (squeue shows why); job cancelled")
+
+
+LOG_LIMIT = 1_000_000  # characters of a failed job's output kept for its log file
+_ERROR_LINE = re.compile(
+    r"^(?:\[rank (\d+)\] )?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))\b(.*)$"
+)
+
+
+def first_error(output: str) -> str:
+    """The first Python exception line in an MPI job's output, with the rank that raised it:
+    ``"[rank 1] ModuleNotFoundError: No module named 'x'"`` (empty when there is none)."""
+    rank = ""
+    for line in output.splitlines():
+        if line.startswith("[rank ") and "Traceback" in line:
+            rank = line.split("]", 1)[0] + "] "
+            continue
+        match = _ERROR_LINE.match(line.strip())
+        if match:
+            where = f"[rank {match.group(1)}] " if match.group(1) else rank
+            return f"{where}{match.group(2)}{match.group(3)}".strip()
+    return ""
+
+
+def failed_job(code: int, output: str, error: str = "") -> dict[str, Any]:
+    """The result of a job that ended without writing one: the real error first (``error``, else
+    the first one in the output), then the tail of its output, and the whole output (capped) for
+    the trial's log file."""
+    error = error or first_error(output)
+    head = f"MPI job exited with code {code}" + (f": {error}" if error else "")
+    return {"state": "failed", "exit_reason": f"{head}\n{tail(output)}",
+            "log": output[-LOG_LIMIT:]}
+
+
+def tail(text: str) -> str:
+    """The last few thousand characters of a job's output (for ``exit_reason``)."""
+    text = text.strip()
+    return text if len(text) <= _TAIL else "..." + text[-_TAIL:]

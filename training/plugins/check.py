@@ -1,0 +1,217 @@
+"""The up-front check of a study's plug-ins, in a fresh Python with the job's environment.
+
+``search validate`` and ``search run`` call :func:`check_plugins` (or, for ``objective =
+"mpi:package.module:train"``, :func:`check_own_loop`) before anything is written.
+It runs ``python -m training.plugins.check`` (this module) with ``[launcher] env``, which:
+finds our own packages where detol installed them (a user package named ``training`` earlier on
+the path would shadow ours on the ranks), imports each plug-in, loads the dataset, builds the
+model once with a trial's parameters, and runs one forward pass, the loss and the metrics on a
+tiny batch of real training samples. Any failure comes back as one line naming the study-file key.
+
+This module imports no torch at import time (the driver calls :func:`check_plugins`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from training.plugins._plugins import PluginError
+from training.plugins._resolve import OURS, ours, resolve_train
+
+_TINY = 2  # samples in the check's batch
+_HOME = Path(__file__).resolve().parents[2]  # where detol's packages are
+# Where the job's Python finds our package names (before importing ours: ``python -m
+# training.jobs.worker`` on the ranks finds whatever comes first on their path), then the check.
+_PROGRAM = """
+import importlib.util, json, sys
+found = {}
+for top in json.loads(sys.argv[1]):
+    spec = importlib.util.find_spec(top)
+    places = [] if spec is None else list(spec.submodule_search_locations or [spec.origin])
+    found[top] = places[0] if places else None
+sys.path.insert(0, sys.argv[2])
+from training.plugins.check import main
+sys.exit(main(found))
+"""
+
+
+def check_plugins(
+    config: dict[str, Any],
+    env: dict[str, str] | None = None,
+    *,
+    objectives: list[str] | None = None,
+    timeout_s: float = 300.0,
+) -> list[str]:
+    """PluginError (``.key``, ``.message``) unless a trial of ``config`` (a TrainConfig dump with
+    one trial's parameters) can build and run its plug-ins; else the ``val_`` metric names its
+    trials report. ``objectives`` that no trial reports are an error too (key ``metric``)."""
+    answer = _ask({"config": config, "objectives": objectives or []}, env, timeout_s, "training")
+    return list(answer["metrics"])
+
+
+def check_own_loop(function: str, env: dict[str, str] | None = None, *,
+                   timeout_s: float = 300.0) -> None:
+    """PluginError (key ``objective``) unless ``function`` (``package.module:train`` of
+    ``objective = "mpi:..."``) imports in a fresh Python with the job's environment ``env``,
+    from the working directory as the ranks import it, and takes one argument (the session).
+    The user's module is never imported in the calling process (the driver)."""
+    _ask({"own_loop": function}, env, timeout_s, "objective")
+
+
+def _ask(request: dict[str, Any], env: dict[str, str] | None, timeout_s: float,
+         key: str) -> dict[str, Any]:
+    """Runs the check of ``request`` in a fresh Python; its answer, or PluginError."""
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _PROGRAM, json.dumps(list(OURS)), str(_HOME)],
+            input=json.dumps(request), env={**os.environ, **(env or {})}, capture_output=True,
+            text=True, timeout=timeout_s, check=False, cwd=os.getcwd(),
+        )
+    except subprocess.TimeoutExpired:  # one line, not a traceback (subprocess.run killed it)
+        raise PluginError(key, f"the plug-in check did not finish within {timeout_s:g} s "
+                          "(a slow import or dataset load, or a machine too busy)") from None
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        err = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+        why = err[-1].strip() if err else f"exit code {proc.returncode}"
+        raise PluginError(key, f"the plug-in check could not run: {why}")
+    answer: dict[str, Any] = json.loads(lines[-1])
+    if "error" in answer:
+        raise PluginError(answer["key"], answer["error"])
+    return answer
+
+
+def _shadowed(found: dict[str, str | None], key: str) -> PluginError | None:
+    """A package of ours that the job's Python finds somewhere other than where detol is."""
+    for top, where in found.items():
+        if where is not None and Path(where).resolve() != _HOME / top:
+            return PluginError(key, (
+                f"a package named {top!r} at {where} shadows detol's own {top!r} "
+                f"({_HOME / top}) on the ranks: rename your package"))
+    return None
+
+
+def _collision(config: Any) -> PluginError | None:
+    """A plug-in module named inside one of our packages (before anything is imported)."""
+    for key, name in config.plugins.items():
+        problem = ours(name.partition(":")[0])
+        if problem is not None:
+            return PluginError(key, problem)
+    return None
+
+
+def _tiny_batch(dataset: Any) -> tuple[Any, Any]:
+    from training.data import InMemory, collate
+
+    rows = list(range(min(_TINY, len(dataset))))
+    if isinstance(dataset, InMemory):
+        return dataset.__getitems__(rows)
+    try:
+        return collate([dataset[i] for i in rows])  # type: ignore[no-any-return]
+    except Exception as exc:  # noqa: BLE001
+        raise PluginError("training.dataset", f"reading samples {rows} of the training set "
+                          f"failed: {type(exc).__name__}: {exc}") from None
+
+
+def _run_own_loop(function: str, found: dict[str, str | None]) -> list[str]:
+    """Imports the own loop's module as a rank does (the working directory first)."""
+    problem = _shadowed(found, "objective")
+    if problem is not None:
+        raise problem
+    try:
+        resolve_train(function, [os.getcwd()])
+    except ValueError as exc:
+        raise PluginError("objective", str(exc)) from None
+    return []
+
+
+def _run(request: dict[str, Any], found: dict[str, str | None]) -> list[str]:
+    if "own_loop" in request:
+        return _run_own_loop(request["own_loop"], found)
+    import torch
+
+    from training._config import TrainConfig
+    from training.data import load_train_data
+    from training.plugins._plugins import build_model, make_loss, make_metrics
+
+    config = TrainConfig.model_validate(request["config"])
+    problem = _shadowed(found, next(iter(config.plugins), "launcher.env")) or _collision(config)
+    if problem is not None:
+        raise problem
+    for key, name in config.plugins.items():  # import each: its own error, its own key
+        from training.plugins._plugins import resolve
+
+        resolve(key, name)
+    try:
+        data = load_train_data(config)
+    except PluginError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        func = config.dataset.partition(":")[2] or config.dataset
+        raise PluginError("training.dataset", f"{func}() failed: {type(exc).__name__}: "
+                          f"{exc}") from None
+    torch.manual_seed(config.seed)
+    try:
+        model = build_model(config, data.info)
+    except PluginError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        key = "training.model" if config.model else "training"
+        func = f"{config.model.partition(':')[2]}()" if config.model else "the built-in model"
+        raise PluginError(key, f"{func} failed: {type(exc).__name__}: {exc}") from None
+    x, y = _tiny_batch(data.train)
+    try:
+        out = model(x)
+    except Exception as exc:  # noqa: BLE001
+        key = "training.model" if config.model else "training.dataset"
+        raise PluginError(key, f"the forward pass on {len(x)} training samples of shape "
+                          f"{tuple(x.shape[1:])} failed: {type(exc).__name__}: {exc}") from None
+    loss_key = "training.loss" if config.loss else "training.task"
+    try:
+        loss = make_loss(config)(out, y)
+    except PluginError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise PluginError(loss_key, f"the loss on the model's output {tuple(out.shape)} and "
+                          f"targets {tuple(y.shape)} failed: {type(exc).__name__}: "
+                          f"{exc}") from None
+    if not (isinstance(loss, torch.Tensor) and loss.numel() == 1 and loss.requires_grad):
+        what = (f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor)
+                else type(loss).__name__)
+        raise PluginError(loss_key, f"the loss returned {what}, expected a scalar tensor "
+                          "with a gradient (the batch's mean)")
+    loss.backward()
+    with torch.no_grad():
+        try:
+            names = sorted(make_metrics(config)(out, y))
+        except PluginError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise PluginError("training.metrics", f"failed on the model's output: "
+                              f"{type(exc).__name__}: {exc}") from None
+    reported = ["val_loss", *(f"val_{n}" for n in names)]
+    known = {*reported, "train_loss", "n_params", "flops", "train_time_s"}
+    for metric in request.get("objectives", []):
+        if metric not in known:
+            raise PluginError("metric", f"{metric!r} is not reported by these trials (they "
+                              f"report {', '.join(sorted(known))})")
+    return reported
+
+
+def main(found: dict[str, str | None]) -> int:
+    request = json.loads(sys.stdin.read())
+    try:
+        answer: dict[str, Any] = {"metrics": _run(request, found)}
+    except PluginError as exc:
+        answer = {"key": exc.key, "error": exc.message}
+    except Exception as exc:  # noqa: BLE001 - a check that breaks says so in one line
+        answer = {"key": "training", "error": f"{type(exc).__name__}: {exc}"}
+    sys.stdout.flush()
+    print(json.dumps(answer), flush=True)
+    return 0
+

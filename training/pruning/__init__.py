@@ -1,0 +1,28 @@
+"""Structured pruning during training: ``[training] prune`` (validated, torch-free), the units
+chosen by an importance agreed over ranks and removed, and what is rebuilt after a prune.
+Add a pruning criterion here. The settings need no torch; the rest loads it on first use.
+"""
+
+from training._lazy import lazy
+from training.pruning._config import (
+    SEARCHABLE_PRUNE,
+    PruneConfig,
+    apply_prune_params,
+    field_of,
+    unprunable,
+)
+
+__getattr__ = lazy(__name__, {
+    "PruneError": "_units",
+    "UnitPruning": "_units",
+    "resize": "_units",
+    "widths": "_units",
+    "prune_step": "_rebuild",
+    "restore_widths": "_rebuild",
+    "step_at": "_rebuild",
+})
+
+__all__ = [
+    "SEARCHABLE_PRUNE", "PruneConfig", "PruneError", "UnitPruning", "apply_prune_params",
+    "field_of", "prune_step", "resize", "restore_widths", "step_at", "unprunable", "widths",
+]
