@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -62,8 +62,10 @@ CASES: dict[str, tuple[int, dict[str, Any]]] = {
 def program() -> str:
     """The rank-side program: ``training.jobs.worker`` since the move, ``training.worker``
     before it (so this script also measures the tree it is compared against)."""
-    return "training.jobs.worker" if importlib.util.find_spec("training.jobs") else \
-        "training.worker"
+    import training
+
+    moved = (Path(training.__file__).parent / "jobs").is_dir()  # the tree this Python imports
+    return "training.jobs.worker" if moved else "training.worker"
 
 
 def run_case(tmp: Path, name: str, ranks: int, config: dict[str, Any], i: int) -> dict[str, Any]:
@@ -106,8 +108,10 @@ def main() -> int:
             print(f"{name:34s} {runs[0]['sha256'][:16]}  acc "
                   f"{', '.join(format(r['val_accuracy'], '.4f') for r in runs)}  {verdict}")
     differs = 0
+    verdicts: dict[str, str] = {}
     if args.compare:
-        old = json.loads(args.compare.read_text())["cases"]
+        earlier = json.loads(args.compare.read_text())
+        old = earlier["cases"]
         for name, now in out.items():
             was = old.get(name)
             if was is None:
@@ -116,14 +120,22 @@ def main() -> int:
             if was["deterministic"] and now["deterministic"]:
                 same = was["runs"][0]["sha256"] == now["runs"][0]["sha256"]
                 differs += not same
-                print(f"{name}: weights {'identical' if same else 'DIFFER'}")
+                verdicts[name] = "identical" if same else "DIFFER"
+                print(f"{name}: weights {verdicts[name]}")
             else:
+                verdicts[name] = "timing-dependent"
                 accs = [r["val_accuracy"] for r in was["runs"]] + \
                        [f"-> {r['val_accuracy']}" for r in now["runs"]]
                 print(f"{name}: timing-dependent; val_accuracy {accs}")
     if args.json:
-        args.json.write_text(json.dumps({"date": now_iso(), "machine": machine(),
-                                         "program": program(), "cases": out}, indent=1) + "\n")
+        doc: dict[str, Any] = {"date": now_iso(), "machine": machine(), "load": os.getloadavg(),
+                               "program": program(), "cases": out}
+        if args.compare:
+            doc["compared_with"] = {"date": earlier.get("date"), "program": earlier.get("program"),
+                                    "cases": {k: [r["sha256"] for r in v["runs"]]
+                                              for k, v in old.items()},
+                                    "verdicts": verdicts}
+        args.json.write_text(json.dumps(doc, indent=1) + "\n")
     return 1 if differs else 0
 
 

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from training._config import TrainConfig
 
 
 @dataclass(frozen=True, kw_only=True)
 class TrialSpec:
-    """Everything ``python -m training.jobs.worker SPEC.json`` needs. No torch objects, JSON
-    only."""
+    """Everything ``python -m training.jobs.worker SPEC.json`` needs. No torch objects; its JSON
+    form (:meth:`to_json`) crosses every process boundary.
 
-    config: dict[str, Any]
+    ``config`` is typed: a :class:`TrainConfig` (validated where it was made, in the driver), or
+    a dict (read from JSON), validated here, once, on construction.
+
+    >>> TrialSpec(config={"epochs": 2}).config.epochs
+    2
+    """
+
+    config: TrainConfig
     objectives: list[str] = field(default_factory=lambda: ["val_accuracy"])
     study_name: str | None = None
     storage_url: str | None = None
@@ -37,8 +46,14 @@ class TrialSpec:
     # "sys_path": [...]}; None: the built-in trainer trains ``config``.
     own_loop: dict[str, Any] | None = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.config, TrainConfig):
+            object.__setattr__(self, "config", TrainConfig.model_validate(self.config))
+
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["config"] = self.config.model_dump(mode="json")
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TrialSpec:

@@ -12,6 +12,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+from training.contract import TrialSpec
 from training.launch import run_trial
 
 _GONE = ("cancelled", "released", "forgotten")
@@ -58,6 +59,6 @@ def where_it_ran() -> dict[str, str]:
     return out
 
 
-def run_trial_on_worker(spec: dict[str, Any]) -> dict[str, Any]:
+def run_trial_on_worker(spec: TrialSpec) -> dict[str, Any]:
     """Dask task for one trial: the MPI job, stopped if Dask cancels the task."""
     return {**run_trial(spec, should_stop=_dask_stop_check()), **where_it_ran()}

@@ -190,7 +190,7 @@ class Driver:
             self._fail(trial, counts, {"exit_reason": f"could not build the trial: {exc}"})
             return None
         spec = TrialSpec(
-            config=config.model_dump(),
+            config=config,
             objectives=self.sf.objectives,
             study_name=self.study.study_name,
             storage_url=self.storage_url,
@@ -212,7 +212,7 @@ class Driver:
         )
         future = self.client.submit(
             run_trial_on_worker,
-            spec.to_json(),
+            spec,
             key=f"trial-{self.study.study_name}-{trial.number}-{self.owner}",
             resources={MPI: config.ranks},
             pure=False,

@@ -36,18 +36,22 @@ from search.pruners._promotion import (
     PAUSED_ATTR,
     RESUME_OF_ATTR,
 )
-from training.contract import CHECKPOINT_ATTR
+from training.contract import CHECKPOINT_ATTR, TrainConfig, TrialSpec
 
 SINGLE_NODE = {"UCX_TLS": "self,sm", "UCX_NET_DEVICES": "lo", "DETOL_SINGLE_NODE": "1"}
 
 
 class _Client:
-    """Takes submissions and runs nothing: what the driver asks Dask for."""
+    """Takes submissions and runs nothing: what the driver asks Dask for (a trial's spec in
+    ``submitted`` in its JSON form, as sent in ``sent``)."""
 
     def __init__(self) -> None:
         self.submitted: list[tuple[Any, tuple, dict]] = []
+        self.sent: list[tuple] = []
 
     def submit(self, func: Any, *args: Any, **kwargs: Any) -> Future:
+        self.sent.append(args)
+        args = tuple(a.to_json() if isinstance(a, TrialSpec) else a for a in args)
         self.submitted.append((func, args, kwargs))
         return Future()
 
@@ -79,6 +83,9 @@ def test_an_mpi_trial_is_submitted_with_its_spec_and_no_dask_retry(tmp_path: Pat
     ((func, (spec,), kwargs),) = driver.client.submitted
     trial = run.trial
     assert func is run_trial_on_worker
+    # Passed typed: the configuration the driver validated, not a dict to validate again.
+    ((sent,),) = driver.client.sent
+    assert isinstance(sent, TrialSpec) and isinstance(sent.config, TrainConfig)
     assert driver.owner == f"{socket.gethostname()}:{os.getpid()}"  # see recover_orphans
     assert kwargs == {"key": f"trial-d-{trial.number}-{driver.owner}", "resources": {MPI: 2},
                       "pure": False, "retries": 0}

@@ -138,7 +138,6 @@ def _failed(errors: list[dict[str, str]], **extra: Any) -> dict[str, Any]:
 
 def serve_one(ctrl: Any, message: dict[str, Any]) -> dict[str, Any] | None:
     """Run one trial on every rank; rank 0 returns the reply (``retire`` when the pool is spent)."""
-    from training._config import TrainConfig
     from training._spec import TrialSpec
     from training.data import load_train_data
 
@@ -148,7 +147,7 @@ def serve_one(ctrl: Any, message: dict[str, Any]) -> dict[str, Any] | None:
     config = data = None
     spec = TrialSpec.from_json(message["spec"])
     try:  # set-up: no collectives, so every rank reaches the agreement below
-        config = TrainConfig.model_validate(spec.config)
+        config = spec.config
         if spec.own_loop is None:  # an own loop reads its data itself
             data = load_train_data(config)  # a plug-in's module is imported once per pool
     except BaseException as exc:  # noqa: BLE001 - any error fails this trial only

@@ -23,7 +23,6 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
 def run(spec_data: dict[str, Any]) -> int:
     from mpi4py import MPI
 
-    from training._config import TrainConfig
     from training._spec import TrialSpec, started_marker
     from training.jobs._trial import WrongRankCount, train_spec
 
@@ -35,7 +34,7 @@ def run(spec_data: dict[str, Any]) -> int:
             with open(started_marker(spec.result_path), "w"):
                 pass
     try:
-        config = TrainConfig.model_validate(spec.config)
+        config = spec.config
         out = train_spec(spec, config, comm)
         if out is not None and spec.result_path:
             _write_json(spec.result_path, out)

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from training._config import TrainConfig
 from training._spec import TrialSpec, started_marker
 from training.launch._line import (
     DEFAULT_LAUNCHER,
@@ -116,16 +115,17 @@ def _rank_errors(directory: Path) -> list[dict[str, Any]]:
 
 
 def run_trial(
-    spec_data: dict[str, Any], *, should_stop: Callable[[], bool] | None = None
+    spec_data: TrialSpec | dict[str, Any], *, should_stop: Callable[[], bool] | None = None
 ) -> dict[str, Any]:
     """Run one trial as an MPI job and return its result dict (never raises for trial errors).
+    ``spec_data``: the driver's :class:`TrialSpec`, or its JSON form.
 
     The result always has ``state`` (complete / pruned / failed) and ``exit_reason``. The job is
     killed when ``spec.timeout_s`` passes or when ``should_stop()`` turns true (checked twice a
     second; the Dask backend uses it to stop a cancelled trial).
     """
-    spec = TrialSpec.from_json(spec_data)
-    config = TrainConfig.model_validate(spec.config)
+    spec = spec_data if isinstance(spec_data, TrialSpec) else TrialSpec.from_json(spec_data)
+    config = spec.config
     if spec.warm:  # one long-lived MPI job per Dask worker and launcher line serves many trials
         return run_warm_trial(spec, config, should_stop=should_stop)
     started = time.time()
