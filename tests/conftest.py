@@ -10,7 +10,21 @@ from pathlib import Path
 import optuna
 import pytest
 
+from tests import _starts
+
 TESTS_DIR = Path(__file__).resolve().parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _starts.install()  # a test marked unit that starts a process or a server fails
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    """Setup (its fixtures too), call and teardown of a unit test start nothing."""
+    _starts.entering(item.nodeid if item.get_closest_marker("unit") else None)
+    yield
+    _starts.entering(None)
 
 
 def _terminated(signum: int, _frame: object) -> None:

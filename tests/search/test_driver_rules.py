@@ -76,10 +76,23 @@ def _driver(tmp_path: Path, resize: dict | None = None,
                   **options), events
 
 
-def test_an_mpi_trial_is_submitted_with_its_spec_and_no_dask_retry(tmp_path: Path) -> None:
+def test_an_mpi_trial_is_submitted_with_its_spec_and_no_dask_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     driver, events = _driver(tmp_path, single_node=True)
+    validations = []
+    real = TrainConfig.model_validate.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type, *args: Any, **kwargs: Any) -> Any:
+        validations.append(args[0])
+        return real(cls, *args, **kwargs)
+
+    monkeypatch.setattr(TrainConfig, "model_validate", classmethod(counted))
     before = time.time()
     future, run = driver._submit(RunCounts())  # noqa: SLF001
+    # Validated once: the searched values applied to the study's [training] (with_params); the
+    # spec carries that very TrainConfig, not a dump to validate again.
+    assert len(validations) == 1, validations
     ((func, (spec,), kwargs),) = driver.client.submitted
     trial = run.trial
     assert func is run_trial_on_worker
