@@ -15,6 +15,8 @@ from search.driver._study import STRATEGY_ATTR, STUDY_ATTR, recorded_strategy
 from search.strategies._auto import AUTO_CHOICES, choose, space_kind
 from search.strategies._registry import build_sampler
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 FLAT = spaces.Space({"lr": spaces.Float(low=1e-4, high=1e-1, log=True),
                      "units": spaces.Int(low=0, high=5)})
 GENOME = spaces.Space({"genome": spaces.CellFamily(), "lr": spaces.Float(low=1e-4, high=0.1)})

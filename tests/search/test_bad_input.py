@@ -84,6 +84,7 @@ def journal(tmp_path: Path) -> str:
     return str(tmp_path / "s.journal")
 
 
+@pytest.mark.unit
 def test_minimal_study_text_is_valid(write_study: WriteStudy) -> None:
     """Guards the cases below: each is this valid study plus exactly one mistake."""
     from search.studyfile._study_file import load_study_file
@@ -104,6 +105,7 @@ def test_missing_study_file_real_process(tmp_path: Path, journal: str) -> None:
     _assert_no_study(journal)
 
 
+@pytest.mark.unit
 def test_missing_study_file(tmp_path: Path, journal: str) -> None:
     line = _error_line(*_run(tmp_path / "nowhere.toml", journal))
     assert "nowhere.toml" in line and "not found" in line
@@ -113,6 +115,7 @@ def test_missing_study_file(tmp_path: Path, journal: str) -> None:
 # --- 2. malformed TOML ----------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_malformed_toml(write_study: WriteStudy, journal: str) -> None:
     path = write_study('name = "t"\n[training\ndataset = "digits"\n', name="broken.toml")
     line = _error_line(*_run(path, journal))
@@ -134,6 +137,7 @@ def test_unknown_top_level_key_real_process(
     _assert_no_study(journal)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("kwargs", "where"),
     [
@@ -152,6 +156,7 @@ def test_unknown_key(write_study: WriteStudy, journal: str, kwargs: dict, where:
 # --- 4. bad ranges --------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("dimension", "expected"),
     [
@@ -173,6 +178,7 @@ def test_bad_range(write_study: WriteStudy, journal: str, dimension: str, expect
 # --- 5. unknown dataset / strategy / pruner -------------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("kwargs", "where", "known"),
     [
@@ -197,6 +203,7 @@ def test_unknown_name(
 # --- 6. unreachable storage -----------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_sqlite_in_missing_directory(write_study: WriteStudy, tmp_path: Path) -> None:
     assert not Path("/nonexistent-dir").exists()
     line = _error_line(*_run(write_study(), "sqlite:////nonexistent-dir/x.db"))
@@ -206,6 +213,7 @@ def test_sqlite_in_missing_directory(write_study: WriteStudy, tmp_path: Path) ->
     assert sorted(p.name for p in tmp_path.iterdir()) == ["study.toml"]
 
 
+@pytest.mark.unit
 def test_journal_in_missing_directory(write_study: WriteStudy, tmp_path: Path) -> None:
     storage = str(tmp_path / "no" / "such" / "dir" / "s.journal")
     line = _error_line(*_run(write_study(), storage))
@@ -214,6 +222,7 @@ def test_journal_in_missing_directory(write_study: WriteStudy, tmp_path: Path) -
     assert not (tmp_path / "no").exists()
 
 
+@pytest.mark.unit
 def test_unreachable_postgres_hides_the_password(write_study: WriteStudy, tmp_path: Path) -> None:
     code, stdout, stderr = _run(write_study(), "postgresql://u:secret@127.0.0.1:1/db")
     line = _error_line(code, stdout, stderr)
@@ -226,6 +235,7 @@ def test_unreachable_postgres_hides_the_password(write_study: WriteStudy, tmp_pa
 # --- 7. scheduler that does not answer ------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_scheduler_that_does_not_answer(write_study: WriteStudy, journal: str) -> None:
     path = write_study(tail="[cluster]\nconnect_timeout = 2")
     started = time.monotonic()
@@ -237,6 +247,7 @@ def test_scheduler_that_does_not_answer(write_study: WriteStudy, journal: str) -
     _assert_no_study(journal)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("storage", ["s.journal", "sqlite:///s.db"])
 def test_refused_scheduler_fails_at_once_and_leaves_no_storage_file(
         write_study: WriteStudy, tmp_path: Path, storage: str) -> None:
@@ -252,6 +263,7 @@ def test_refused_scheduler_fails_at_once_and_leaves_no_storage_file(
 # --- 8. ranks = 0 ---------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_zero_ranks(write_study: WriteStudy, journal: str) -> None:
     line = _error_line(*_run(write_study(training={"ranks": "0"}), journal))
     assert "study.toml: training.ranks:" in line
@@ -262,6 +274,7 @@ def test_zero_ranks(write_study: WriteStudy, journal: str) -> None:
 # --- 9. launcher not installed --------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_launcher_not_installed(write_study: WriteStudy, journal: str) -> None:
     path = write_study(tail='[launcher]\ncommand = "no-such-mpiexec -n {ranks}"')
     line = _error_line(*_run(path, journal))
@@ -270,6 +283,7 @@ def test_launcher_not_installed(write_study: WriteStudy, journal: str) -> None:
     _assert_no_study(journal)
 
 
+@pytest.mark.unit
 def test_error_text_is_printed_verbatim(write_study: WriteStudy, journal: str) -> None:
     path = write_study(tail='[launcher]\ncommand = "no-such-mpiexec -n {ranks}"')
     line = _error_line(*_run(path, journal))
@@ -279,6 +293,7 @@ def test_error_text_is_printed_verbatim(write_study: WriteStudy, journal: str) -
 # --- 10. space dimension for a name that cannot be searched ---------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", ["seed", "epochs", "no_such_param"])
 def test_unsearchable_space_dimension(write_study: WriteStudy, journal: str, name: str) -> None:
     path = write_study(tail=f'[space]\n{name} = {{ type = "int", low = 1, high = 3 }}')
@@ -291,6 +306,7 @@ def test_unsearchable_space_dimension(write_study: WriteStudy, journal: str, nam
 # --- 11. multi-objective with a pruner ------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_multi_objective_with_pruner(write_study: WriteStudy, journal: str) -> None:
     path = write_study(top='metric = ["val_accuracy", "n_params"]\npruner = "median"')
     line = _error_line(*_run(path, journal))
@@ -316,6 +332,7 @@ def test_every_mistake_is_one_line_real_process(
     _assert_no_study(journal)
 
 
+@pytest.mark.unit
 def test_impossible_combination_and_misplaced_parameter_are_both_reported(
     write_study: WriteStudy, journal: str
 ) -> None:
@@ -334,6 +351,7 @@ def test_impossible_combination_and_misplaced_parameter_are_both_reported(
 # --- status / best on a study that is not there ---------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("command", ["status", "best"])
 def test_missing_study_names_it_and_lists_the_found(journal: str, command: str) -> None:
     optuna.create_study(study_name="other", storage=open_storage(journal))
@@ -349,6 +367,7 @@ def test_status_missing_study_real_process(journal: str, tmp_path: Path) -> None
     assert "'missing'" in line and "found: other" in line
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("tail", "where", "expected"),
     [
@@ -367,6 +386,7 @@ def test_bad_checkpoints_or_promotion(write_study: WriteStudy, journal: str, tai
     _assert_no_study(journal)
 
 
+@pytest.mark.unit
 def test_promotion_needs_trials_that_train(tmp_path: Path, journal: str) -> None:
     study = tmp_path / "f.toml"
     study.write_text('name = "f"\nobjective = "math:sqrt"\nmetric = "y"\n'

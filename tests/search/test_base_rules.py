@@ -88,6 +88,8 @@ from search.strategies._base import (  # noqa: E402
     trial_seed,
 )
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 _X = FloatDistribution(0.0, 10.0)
 
 

@@ -16,6 +16,8 @@ from search.driver._study import open_study
 from search.storage._checkpoint_store import STORE_ATTR
 from search.studyfile._study_file import load_study_file
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 URL = "postgresql://me@db.example/optuna"  # never opened: only names the storage
 
 

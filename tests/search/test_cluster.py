@@ -40,6 +40,7 @@ def _cluster(table: dict[str, Any]) -> Any:
 # --- the [cluster] table ---------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_defaults_and_backward_compatible_address() -> None:
     assert _cluster({}).backend == "local"
     old = _cluster({"address": "tcp://10.0.0.1:8786", "connect_timeout": 3})
@@ -47,6 +48,7 @@ def test_defaults_and_backward_compatible_address() -> None:
     assert _cluster({"workers": 2, "slots_per_worker": 4}).workers == 2
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("table", "where", "fragment"),
     [
@@ -70,6 +72,7 @@ def test_bad_cluster_tables_name_the_key(table: dict[str, Any], where: str, frag
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.unit
 def test_cli_flags_override_the_table() -> None:
     base = _cluster({"workers": 2, "adapt": {"maximum": 3}})
     bounds = with_overrides(base, adapt_min=1, adapt_max=5).adapt
@@ -83,6 +86,7 @@ def test_cli_flags_override_the_table() -> None:
         with_overrides(base, backend="address")
 
 
+@pytest.mark.unit
 def test_search_run_rejects_a_bad_cluster_flag_before_anything_starts(
     tmp_path: Path, write_study: Callable[..., Path]
 ) -> None:
@@ -98,6 +102,7 @@ def test_search_run_rejects_a_bad_cluster_flag_before_anything_starts(
     assert "cluster.adapt: minimum (3) must not exceed maximum (2)" in err
 
 
+@pytest.mark.unit
 def test_slots_must_hold_the_largest_trial() -> None:
     opts = _cluster({"backend": "slurm", "slots_per_worker": 2, "memory": "8GB",
                      "scheduler_host": "127.0.0.1"})
@@ -179,6 +184,7 @@ def test_sge_job_script_asks_the_parallel_environment_for_the_trials_ranks() -> 
         _cluster({**table, "nodes": 2})
 
 
+@pytest.mark.unit
 def test_jobqueue_backends_need_memory_and_a_reachable_scheduler_host() -> None:
     opts = _cluster({"backend": "slurm", "memory": "8GB"})
     with pytest.raises(StudyError, match=r"^cluster\.scheduler_host: required"):
@@ -192,6 +198,7 @@ def test_jobqueue_backends_need_memory_and_a_reachable_scheduler_host() -> None:
 # --- kubernetes: the DaskCluster resource, no API server contacted ----------------------------------
 
 
+@pytest.mark.unit
 def test_kubernetes_spec_gives_each_pod_one_trial_and_its_slots() -> None:
     table = {"backend": "kubernetes", "image": "ghcr.io/me/detol:1", "namespace": "ml",
              "slots_per_worker": 4, "cpus_per_slot": 2, "adapt": {"minimum": 1, "maximum": 6},
@@ -223,6 +230,7 @@ def test_kubernetes_spec_gives_each_pod_one_trial_and_its_slots() -> None:
 # --- cloud: keyword arguments for the provider class; constructing it is deferred ------------------
 
 
+@pytest.mark.unit
 def test_cloud_ec2_kwargs_fit_the_provider_class() -> None:
     table = {"backend": "cloud", "provider": "ec2", "instance_type": "c6i.4xlarge",
              "region": "eu-west-1", "image": "ghcr.io/me/detol:1", "slots_per_worker": 8,
@@ -247,6 +255,7 @@ def test_cloud_ec2_kwargs_fit_the_provider_class() -> None:
     assert set(kw) - {"spot"} <= names, set(kw) - names
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("provider", "factory", "type_key", "region_key"), [
     ("gcp", "dask_cloudprovider.gcp:GCPCluster", "machine_type", "zone"),
     ("azure", "dask_cloudprovider.azure:AzureVMCluster", "vm_size", "location"),
@@ -259,6 +268,7 @@ def test_cloud_providers_map_generic_options(provider: str, factory: str, type_k
     assert (plan.kwargs[type_key], plan.kwargs[region_key]) == ("big", "r1")
 
 
+@pytest.mark.unit
 def test_missing_backend_package_is_a_clear_study_error() -> None:
     plan = ClusterPlan("cloud", "dask_cloudprovider.nowhere:Cluster", {}, 1, pip_extra="cloud")
     with pytest.raises(StudyError, match=r"^cluster\.backend: the 'cloud' backend needs "

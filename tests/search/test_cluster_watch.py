@@ -50,6 +50,7 @@ def bin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return d
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("words", "key"), [
     ("Unable to run job: parallel environment \"mpi\" does not exist.", "cluster.parallel_environment"),
     ("job requests 64 slots, queue only offers 4", "cluster.slots_per_worker"),
@@ -69,6 +70,7 @@ def test_a_refusal_names_the_likely_key(words: str, key: str) -> None:
     assert _submit_error("slurm", "sbatch", words).where == key
 
 
+@pytest.mark.unit
 def test_a_refusal_is_one_line_of_its_last_three_lines_exit_2() -> None:
     err = _submit_error("sge", "qsub", "\n  one \n\ntwo\nthree\n four  \n")
     assert err.exit_code == 2 and isinstance(err, StudyError)
@@ -85,6 +87,7 @@ def test_a_refusal_is_one_line_of_its_last_three_lines_exit_2() -> None:
     assert ClusterFailed("a", "b").exit_code == 1
 
 
+@pytest.mark.unit
 def test_a_failed_submission_is_recorded_and_marked_failed() -> None:
     from distributed.core import Status
 
@@ -130,6 +133,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     return now
 
 
+@pytest.mark.unit
 def test_waiting_trials_with_no_worker_fail_after_the_timeout(clock: list[float]) -> None:
     client = Client()
     handle = ClusterHandle(client, "address", worker_timeout=10)  # type: ignore[arg-type]
@@ -151,6 +155,7 @@ def test_waiting_trials_with_no_worker_fail_after_the_timeout(clock: list[float]
         "has no workers); if the queue is merely busy, raise cluster.worker_timeout")
 
 
+@pytest.mark.unit
 def test_exactly_the_timeout_is_not_yet_past_it(clock: list[float]) -> None:
     handle = ClusterHandle(Client(), "address", worker_timeout=2)  # type: ignore[arg-type]
     handle.check(waiting=True)
@@ -161,6 +166,7 @@ def test_exactly_the_timeout_is_not_yet_past_it(clock: list[float]) -> None:
         handle.check(waiting=True)
 
 
+@pytest.mark.unit
 def test_a_worker_or_nothing_to_wait_for_restarts_the_clock(clock: list[float]) -> None:
     client = Client()
     handle = ClusterHandle(client, "address", worker_timeout=5)  # type: ignore[arg-type]
@@ -182,6 +188,7 @@ def test_a_worker_or_nothing_to_wait_for_restarts_the_clock(clock: list[float]) 
     assert handle._waiting_since == clock[0] - 4.0
 
 
+@pytest.mark.unit
 def test_a_recorded_refusal_stops_the_run_naming_the_submit_command() -> None:
     job_cls = SimpleNamespace(submit_command="sbatch --parsable")
     handle = ClusterHandle(Client(), "slurm", 60, SimpleNamespace(job_cls=job_cls),  # type: ignore[arg-type]

@@ -16,6 +16,8 @@ from search.strategies import EvolutionSampler, candidate_key
 from search.strategies._registry import STRATEGIES, build_sampler
 from training.contract import TrainConfig
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 SPACE = spaces.Space(
     {
         "genome": spaces.CellFamily(),

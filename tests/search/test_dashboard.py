@@ -122,6 +122,7 @@ def test_port_in_use_is_one_line_and_exit_2(tmp_path: Path) -> None:
                         r"--port, or 0 for any free one\)\n", err), err
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("args", "message"), [
     (["nope", "--storage", "{journal}"], "error: study: no study 'nope' in {journal}"),
     (["{tmp}/none.journal"], "error: storage: no journal file '{tmp}/none.journal'"),

@@ -7,11 +7,14 @@ from __future__ import annotations
 import math
 
 import optuna
+import pytest
 from optuna.study import StudyDirection
 from optuna.trial import TrialState, create_trial
 
 from search.pruners._dominated import DominatedPruner, _point, epochs_of, vector_at
 from tests.search.test_pareto_pruning import _add, _judge, _key, _pruner, _study
+
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
 
 MAX2 = ["maximize", "maximize"]
 

@@ -111,6 +111,7 @@ def test_a_function_trial_past_its_timeout_fails_and_the_rest_go_on(
     assert counts.failed == len(slow)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("show_bar", [False, True])
 def test_progress_reads_the_best_value_only_when_a_trial_completes(
     tmp_path: Path, show_bar: bool

@@ -76,6 +76,7 @@ def _driver(tmp_path: Path, resize: dict | None = None,
                   **options), events
 
 
+@pytest.mark.unit
 def test_an_mpi_trial_is_submitted_with_its_spec_and_no_dask_retry(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -127,6 +128,7 @@ def test_an_mpi_trial_is_submitted_with_its_spec_and_no_dask_retry(
     assert driver._ended_now(timeout=0.0) == [future]  # noqa: SLF001  its end is reported
 
 
+@pytest.mark.unit
 def test_a_continuation_resumes_from_its_checkpoint_with_its_lineages_work(
         tmp_path: Path) -> None:
     driver, _ = _driver(tmp_path)
@@ -149,6 +151,7 @@ def test_a_continuation_resumes_from_its_checkpoint_with_its_lineages_work(
     assert study.trials[run.trial.number].intermediate_values == {1: 0.5, 2: 0.6}
 
 
+@pytest.mark.unit
 def test_a_warm_start_candidate_queued_twice_runs_once(tmp_path: Path) -> None:
     driver, events = _driver(tmp_path)
     for _ in range(2):
@@ -172,6 +175,7 @@ def _ended(driver: Driver, continuation: bool = False, **carried: float) -> Runn
     return Running(trial, 2, continuation=continuation, carried=dict(carried))
 
 
+@pytest.mark.unit
 def test_a_complete_continuation_adds_its_work_to_its_lineages(tmp_path: Path) -> None:
     driver, events = _driver(tmp_path)
     run = _ended(driver, continuation=True, **{LINEAGE_EPOCHS_ATTR: 2.0,
@@ -194,6 +198,7 @@ def test_a_complete_continuation_adds_its_work_to_its_lineages(tmp_path: Path) -
     assert events == [("complete", run.trial.number, result)]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("start", "paused_at"), [(3, 4), (None, 2)])
 def test_a_paused_trial_records_the_epoch_it_stopped_at(tmp_path: Path, start: int | None,
                                                         paused_at: int) -> None:
@@ -215,6 +220,7 @@ def test_a_paused_trial_records_the_epoch_it_stopped_at(tmp_path: Path, start: i
     assert (counts.paused, counts.pruned, counts.continuations) == (1, 2, 1)
 
 
+@pytest.mark.unit
 def test_a_complete_job_without_a_finite_value_fails_with_its_log_beside_the_storage(
         tmp_path: Path) -> None:
     driver, events = _driver(tmp_path)
@@ -233,6 +239,7 @@ def test_a_complete_job_without_a_finite_value_fails_with_its_log_beside_the_sto
     assert driver.study.get_trials(states=(TrialState.WAITING,)) == []  # its own failure
 
 
+@pytest.mark.unit
 def test_a_log_that_cannot_be_written_still_fails_the_trial(tmp_path: Path) -> None:
     driver, _ = _driver(tmp_path)
     (tmp_path / "detol-logs").write_text("a file where the directory would go")
@@ -248,6 +255,7 @@ def test_a_log_that_cannot_be_written_still_fails_the_trial(tmp_path: Path) -> N
     assert counts.failures[-1].endswith(": unknown error") and counts.failed == 2
 
 
+@pytest.mark.unit
 def test_a_lost_worker_requeues_its_parameters(tmp_path: Path) -> None:
     driver, events = _driver(tmp_path)
     counts = RunCounts()
@@ -262,6 +270,7 @@ def test_a_lost_worker_requeues_its_parameters(tmp_path: Path) -> None:
     assert events[-1] == ("failed", run.trial.number, lost)
 
 
+@pytest.mark.unit
 def test_a_lost_pause_is_asked_again_not_rerun(tmp_path: Path) -> None:
     driver, events = _driver(tmp_path)
     counts = RunCounts()
@@ -285,6 +294,7 @@ def test_a_lost_pause_is_asked_again_not_rerun(tmp_path: Path) -> None:
     assert driver.study.get_trials(states=(TrialState.WAITING,)) == []  # nothing re-run
 
 
+@pytest.mark.unit
 def test_a_function_trial_carries_the_noise_seed_the_benchmarks_reproduce(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from search.backends._objectives import run_function_trial
@@ -379,6 +389,7 @@ def test_a_cluster_that_fails_fails_the_running_trials_and_requeues_them(
     assert len(study.get_trials(states=(TrialState.WAITING,))) == 2
 
 
+@pytest.mark.unit
 def test_a_driver_on_a_cluster_sends_only_the_study_files_env(tmp_path: Path) -> None:
     driver, _ = _driver(tmp_path)  # single_node: False by default
     driver._submit(RunCounts())  # noqa: SLF001
@@ -386,6 +397,7 @@ def test_a_driver_on_a_cluster_sends_only_the_study_files_env(tmp_path: Path) ->
     assert spec["env"] == {}
 
 
+@pytest.mark.unit
 def test_with_resize_a_continuation_runs_at_its_planned_width_on_a_wide_pool(
         tmp_path: Path) -> None:
     driver, _ = _driver(tmp_path, resize={"factor": 2, "max_ranks": 4})
@@ -405,6 +417,7 @@ def test_with_resize_a_continuation_runs_at_its_planned_width_on_a_wide_pool(
     assert study.trials[run.trial.number].user_attrs[WIDTH_ATTR] == 4
 
 
+@pytest.mark.unit
 def test_without_checkpoints_a_queued_resume_point_is_ignored(tmp_path: Path) -> None:
     sf = parse_study({"name": "n", "pruner": "none",
                       "training": {"dataset": "digits", "epochs": 2, "ranks": 1},

@@ -68,6 +68,7 @@ def _genome_of(trial: optuna.trial.FrozenTrial) -> Any:
     )
 
 
+@pytest.mark.unit
 def test_an_own_loop_gets_its_params_and_only_ranks_and_prune_keys_reach_the_config(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -97,6 +98,7 @@ def test_an_own_loop_gets_its_params_and_only_ranks_and_prune_keys_reach_the_con
     assert events == [("started", trial.number, 9)]  # the run's own counts, to the display
 
 
+@pytest.mark.unit
 def test_an_own_loops_genome_reaches_its_params_and_is_recorded(tmp_path: Path) -> None:
     driver, _ = _mpi_driver(tmp_path, {"genome": GENOME}, own_loop=True)
     _, run = driver._submit(RunCounts())  # noqa: SLF001
@@ -112,6 +114,7 @@ def test_an_own_loops_genome_reaches_its_params_and_is_recorded(tmp_path: Path) 
     ) == (genome.canonical_json, genome.key, genome.summary())
 
 
+@pytest.mark.unit
 def test_a_genome_reaches_the_built_in_trainers_config_and_is_recorded(tmp_path: Path) -> None:
     driver, _ = _mpi_driver(tmp_path, {"genome": GENOME, "ranks": RANKS}, own_loop=False)
     _, run = driver._submit(RunCounts())  # noqa: SLF001
@@ -128,6 +131,7 @@ def test_a_genome_reaches_the_built_in_trainers_config_and_is_recorded(tmp_path:
     ) == (genome.canonical_json, genome.key, genome.summary())
 
 
+@pytest.mark.unit
 def test_a_duplicate_is_failed_quietly(tmp_path: Path) -> None:
     """Told FAIL as a state, not as a missing value (Optuna warns of that one)."""
     import warnings
@@ -165,12 +169,14 @@ def _function_driver(tmp_path: Path, objective: str) -> tuple[Driver, list[tuple
     return Driver(sf, study, _Client(), storage_url=url, on_event=on_event), events
 
 
+@pytest.mark.unit
 def test_a_function_trials_start_is_shown_with_the_runs_counts(tmp_path: Path) -> None:
     driver, events = _function_driver(tmp_path, "math:fabs")
     driver._submit(RunCounts(target=5))  # noqa: SLF001
     assert events == [("started", 0, 5)]
 
 
+@pytest.mark.unit
 def test_a_simulated_workload_charges_the_drivers_measured_work_by_default(
     tmp_path: Path,
 ) -> None:
@@ -180,6 +186,7 @@ def test_a_simulated_workload_charges_the_drivers_measured_work_by_default(
     assert plain.clock.service == 0.0
 
 
+@pytest.mark.unit
 def test_a_trial_that_cannot_be_built_fails_alone_with_the_reason(tmp_path: Path) -> None:
     driver, events = _driver(tmp_path)
     # a resume point whose writer is not in the study: its curve cannot be copied
@@ -233,6 +240,7 @@ def _warm_continuation(tmp_path: Path, client: _Client) -> tuple[dict, dict]:
     return spec, kwargs
 
 
+@pytest.mark.unit
 def test_a_trial_carries_the_study_files_launcher_timeout_and_objective(tmp_path: Path) -> None:
     spec, kwargs = _warm_continuation(tmp_path, _PoolClient())
     assert spec["objectives"] == ["val_loss"] and spec["timeout_s"] == 90
@@ -242,6 +250,7 @@ def test_a_trial_carries_the_study_files_launcher_timeout_and_objective(tmp_path
     assert kwargs["workers"] == ["tcp://w1"] and kwargs["allow_other_workers"] is True
 
 
+@pytest.mark.unit
 def test_a_continuation_goes_anywhere_when_the_scheduler_cannot_say_who_is_idle(
     tmp_path: Path,
 ) -> None:
@@ -250,6 +259,7 @@ def test_a_continuation_goes_anywhere_when_the_scheduler_cannot_say_who_is_idle(
     assert "workers" not in kwargs and "allow_other_workers" not in kwargs
 
 
+@pytest.mark.unit
 def test_a_multi_objective_continuation_starts_with_its_writers_epoch_vectors(
     tmp_path: Path,
 ) -> None:
@@ -283,6 +293,7 @@ def test_a_multi_objective_continuation_starts_with_its_writers_epoch_vectors(
     assert t.intermediate_values == {}
 
 
+@pytest.mark.unit
 def test_without_resize_a_queued_width_is_ignored(tmp_path: Path) -> None:
     driver, _ = _driver(tmp_path)  # no [resize]: every trial runs on the study's 2 ranks
     study = driver.study
@@ -310,6 +321,7 @@ class _BrokenSpace:
         raise ValueError("no value for x")
 
 
+@pytest.mark.unit
 def test_a_function_trial_that_cannot_be_built_fails_alone_with_the_reason(
     tmp_path: Path,
 ) -> None:
@@ -324,6 +336,7 @@ def test_a_function_trial_that_cannot_be_built_fails_alone_with_the_reason(
     assert events == [("failed", 0, 4)] and driver.client.submitted == []
 
 
+@pytest.mark.unit
 def test_a_function_trials_genome_is_recorded(tmp_path: Path) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sf = parse_study(
@@ -370,6 +383,7 @@ def _counting(driver: Driver) -> list[tuple]:
     return seen
 
 
+@pytest.mark.unit
 def test_a_lost_pause_adds_to_the_runs_counts(tmp_path: Path) -> None:
     driver, _ = _driver(tmp_path)
     seen = _counting(driver)
@@ -390,6 +404,7 @@ def test_a_lost_pause_adds_to_the_runs_counts(tmp_path: Path) -> None:
     assert seen == [("pruned", 3, 4, 5, 1, 0)]
 
 
+@pytest.mark.unit
 def test_a_failure_is_told_quietly_and_each_failures_log_is_kept(tmp_path: Path) -> None:
     """Told FAIL as a state (Optuna warns of a missing value); the logs' directory is made
     once and used again."""
@@ -416,6 +431,7 @@ def test_a_failure_is_told_quietly_and_each_failures_log_is_kept(tmp_path: Path)
     assert seen == [("failed", 0, 0, 0, 3, 0), ("failed", 0, 0, 0, 4, 0)]
 
 
+@pytest.mark.unit
 def test_with_resize_each_segment_of_a_lineage_is_recorded(tmp_path: Path) -> None:
     from search.driver._resize import SEGMENTS_ATTR
 
@@ -445,6 +461,7 @@ def test_with_resize_each_segment_of_a_lineage_is_recorded(tmp_path: Path) -> No
     assert SEGMENTS_ATTR not in plain.study.trials[other.number].user_attrs
 
 
+@pytest.mark.unit
 def test_a_continuation_that_completes_or_pauses_adds_to_the_runs_counts(tmp_path: Path) -> None:
     driver, _ = _driver(tmp_path)
     seen = _counting(driver)
@@ -460,6 +477,7 @@ def test_a_continuation_that_completes_or_pauses_adds_to_the_runs_counts(tmp_pat
     assert [t.state for t in driver.study.trials] == [TrialState.COMPLETE, TrialState.PRUNED]
 
 
+@pytest.mark.unit
 def test_a_multi_objective_trial_is_told_all_its_values(tmp_path: Path) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sf = parse_study(
@@ -523,6 +541,7 @@ def _timed_out(driver: Driver, monkeypatch: pytest.MonkeyPatch, age: float) -> b
     return bool(out)
 
 
+@pytest.mark.unit
 def test_an_mpi_trial_gets_30_s_past_its_timeout_to_stop_itself(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -545,6 +564,7 @@ def test_an_mpi_trial_gets_30_s_past_its_timeout_to_stop_itself(
     assert _timed_out(driver, monkeypatch, 40.5) is True
 
 
+@pytest.mark.unit
 def test_a_function_trial_is_stopped_right_past_its_timeout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -567,6 +587,7 @@ def test_a_function_trial_is_stopped_right_past_its_timeout(
     assert _timed_out(driver, monkeypatch, 10.5) is True
 
 
+@pytest.mark.unit
 def test_the_loop_waits_at_most_half_a_second_for_a_trial_to_end(tmp_path: Path) -> None:
     """Then it looks at timeouts, the cluster and the heartbeat again; every future that has
     ended by then is taken at once."""
@@ -604,6 +625,7 @@ def _paused_at_rung_1(driver: Driver) -> None:
     driver.study.tell(trial, state=TrialState.PRUNED)
 
 
+@pytest.mark.unit
 def test_once_the_budget_is_spent_each_rungs_best_is_promoted(tmp_path: Path) -> None:
     """Budget of 2: one configuration paused alone at rung 1 (no top half of one), the other
     running or ended but not told. No new configuration will come, so the rung's best goes on
@@ -627,6 +649,7 @@ def test_once_the_budget_is_spent_each_rungs_best_is_promoted(tmp_path: Path) ->
         assert counts.running == len(running) == 2 - untold
 
 
+@pytest.mark.unit
 def test_another_drivers_running_configurations_count_against_the_budget(
     tmp_path: Path,
 ) -> None:
@@ -665,6 +688,7 @@ def _widened(tmp_path: Path, concurrency: int, mine: list[int], theirs: list[int
     return [study.trials[t.number].system_attrs.get(WIDEN_ATTR) for t in trials]
 
 
+@pytest.mark.unit
 def test_at_the_studys_end_idle_slots_widen_the_running_trials(tmp_path: Path) -> None:
     # 12 idle slots (a free worker's 8, 4 beside this driver's trial): 4 widen it to 8, 7 the
     # other driver's better trial to 8, the last one its other trial to 2
@@ -706,6 +730,7 @@ def _complete(x: float) -> dict[str, Any]:
     return {"state": "complete", "values": {"y": x}}
 
 
+@pytest.mark.unit
 def test_a_run_counts_the_trials_finished_before_it_against_the_budget(tmp_path: Path) -> None:
     driver = _instant(tmp_path, _complete)
     for _ in range(2):  # an earlier run's
@@ -725,6 +750,7 @@ def _kinds(events: list[str]) -> Any:
     return on_event
 
 
+@pytest.mark.unit
 def test_with_two_workers_the_next_trial_starts_before_the_ended_ones_are_told(
     tmp_path: Path,
 ) -> None:
@@ -740,6 +766,7 @@ def test_with_two_workers_the_next_trial_starts_before_the_ended_ones_are_told(
     assert kinds[2] == ["started", "started", "started", "complete", "complete", "complete"]
 
 
+@pytest.mark.unit
 def test_a_timeout_ends_the_run_only_once_strictly_past(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -750,6 +777,7 @@ def test_a_timeout_ends_the_run_only_once_strictly_past(
     assert counts.complete == 2 and counts.stopped_because == ""
 
 
+@pytest.mark.unit
 def test_ctrl_c_while_the_first_trial_is_submitted_stops_the_run_as_ctrl_c(
     tmp_path: Path,
 ) -> None:
@@ -785,6 +813,7 @@ class _Later(_Instant):
             future.set_result(_complete(x))
 
 
+@pytest.mark.unit
 def test_the_cluster_watch_is_told_whether_trials_still_run(tmp_path: Path) -> None:
     waiting: list[bool] = []
     client = _Later()
@@ -801,6 +830,7 @@ def test_the_cluster_watch_is_told_whether_trials_still_run(tmp_path: Path) -> N
     assert waiting == [True, False]
 
 
+@pytest.mark.unit
 def test_the_heartbeat_is_written_once_30_s_have_strictly_passed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -833,6 +863,7 @@ class _InstantJobs(_Client):
         return future
 
 
+@pytest.mark.unit
 def test_ended_untold_configurations_spend_the_budget_for_the_next_start(tmp_path: Path) -> None:
     """Budget of 3: one configuration paused alone at rung 1 before this run, two more start
     and end. Before they are told, the budget counts as spent: the paused one, its rung's best,
@@ -852,6 +883,7 @@ def test_ended_untold_configurations_spend_the_budget_for_the_next_start(tmp_pat
     assert driver.study.trials[-1].user_attrs[RESUME_OF_ATTR] == 0  # the promoted one
 
 
+@pytest.mark.unit
 def test_a_cluster_failure_tells_the_ended_trials_and_requeues_the_running_ones(
     tmp_path: Path,
 ) -> None:
@@ -881,6 +913,7 @@ def test_a_cluster_failure_tells_the_ended_trials_and_requeues_the_running_ones(
     assert [f.cancelled() for f in client.handed] == [True]  # its job is stopped
 
 
+@pytest.mark.unit
 def test_the_display_ticks_each_turn_with_the_trials_still_running(tmp_path: Path) -> None:
     client = _Later()
     ticks: list[tuple[Any, ...]] = []

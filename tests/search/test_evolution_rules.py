@@ -18,6 +18,8 @@ from search.strategies import EvolutionSampler
 from search.strategies._base import scalar_distributions
 from search.strategies._evolution import mutate_params, mutate_scalar
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 FAMILY = spaces.MacroFamily(min_nodes=1, max_nodes=4, ops=("conv", "max_pool"), widths=(4, 8),
                             kernels=(1, 3), max_inputs=2)
 SPACE = spaces.Space(

@@ -44,6 +44,7 @@ def _check_table(df: pd.DataFrame, study: optuna.Study) -> None:
             assert row["val_accuracy"] == pytest.approx(t.values[0])
 
 
+@pytest.mark.unit
 def test_csv(storage: str, tmp_path: Path) -> None:
     path = tmp_path / "trials.csv"
     code, out, err = run_cli("export", NB201[0], "--storage", storage, "--format", "csv",
@@ -71,6 +72,7 @@ def test_parquet_with_the_console_script(storage: str, tmp_path: Path) -> None:
     assert str(df["datetime_complete"].dtype).startswith("datetime64")
 
 
+@pytest.mark.unit
 def test_default_name_and_standard_output(storage: str, tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
@@ -92,6 +94,7 @@ def test_default_name_and_standard_output(storage: str, tmp_path: Path,
     assert len(pd.read_csv(tmp_path / "t.txt")) == 10
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("args", "message"), [
     (["--format", "xlsx"], "error: format: unknown format 'xlsx' (known: ['csv', 'parquet'])"),
     (["--format", "parquet", "-o", "-"], "error: output: parquet cannot be written to standard "
@@ -115,6 +118,7 @@ def test_bad_input_is_one_line_and_exit_2(storage: str, tmp_path: Path, args: li
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("study", "storage_arg", "message"), [
     ("nope", None, "error: study: no study 'nope' in {storage} (found: nb-"),
     ("x", "{tmp}/none.journal", "error: storage: no journal file '{tmp}/none.journal'"),

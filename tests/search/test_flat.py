@@ -10,6 +10,8 @@ import pytest
 
 from search.simulated import _flat
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 # Three configurations, two training seeds each, minimised: seed means A 3, B 2, C 5.
 TINY = _flat.Table(
     dataset="tiny", metric="val_loss", direction="minimize", names=("x",),

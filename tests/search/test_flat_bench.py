@@ -35,6 +35,7 @@ def bench():
         sys.path.remove(str(BENCHMARKS))
 
 
+@pytest.mark.unit
 def test_a_peer_observes_the_noise_seeds_of_our_driver(bench):
     _, flat_peers = bench
     run = flat_peers.run_peer("optuna-tpe", "kc1", seed=3, budget=12)
@@ -45,6 +46,7 @@ def test_a_peer_observes_the_noise_seeds_of_our_driver(bench):
     assert 0.0 <= run["optimizer_s"] <= run["wall_s"]
 
 
+@pytest.mark.unit
 def test_the_incumbent_is_the_best_observed_scored_by_its_seed_mean(bench):
     _, flat_peers = bench
     t = _flat.table("kc1")
@@ -56,6 +58,7 @@ def test_the_incumbent_is_the_best_observed_scored_by_its_seed_mean(bench):
     assert curve == [_flat.seed_mean(better, "kc1"), _flat.seed_mean(worse, "kc1")]
 
 
+@pytest.mark.unit
 def test_the_docs_table_gives_no_mean_over_fewer_tables(bench):
     flat, _ = bench
     entry = {"regret": 1.0, "stderr": 0.1, "seeds": 2, "ms_per_eval": 5.0}
@@ -74,6 +77,7 @@ def test_the_docs_table_gives_no_mean_over_fewer_tables(bench):
     assert "(1 of 2 tables)" in rows["part"] and "1.00 ± 0.10" not in rows["part"]
 
 
+@pytest.mark.unit
 def test_the_concurrency_gap_pairs_seeds_that_ran_every_table_in_both_modes(bench):
     flat, _ = bench
 
@@ -88,6 +92,7 @@ def test_the_concurrency_gap_pairs_seeds_that_ran_every_table_in_both_modes(benc
     assert gap["stderr"] == pytest.approx(0.05)
 
 
+@pytest.mark.unit
 def test_a_variant_that_acts_only_concurrently_shares_its_twins_sequential_runs(bench):
     flat, _ = bench
 
@@ -104,6 +109,7 @@ def test_a_variant_that_acts_only_concurrently_shares_its_twins_sequential_runs(
     assert "gap" not in out["tpe"]  # the twin itself ran no 8-running seed
 
 
+@pytest.mark.unit
 def test_a_twin_runs_only_with_8_running_and_peers_only_sequentially(bench):
     flat, _ = bench
     twins = {"tpe:constant_liar=false": "tpe"}
@@ -114,6 +120,7 @@ def test_a_twin_runs_only_with_8_running_and_peers_only_sequentially(bench):
     assert not flat.runs_in("gp", "concurrent", twins, ["tpe"])
 
 
+@pytest.mark.unit
 def test_the_peers_python_is_found_from_any_directory_and_a_missing_one_is_refused(
         bench, tmp_path, monkeypatch):
     flat, _ = bench
@@ -128,6 +135,7 @@ def test_the_peers_python_is_found_from_any_directory_and_a_missing_one_is_refus
         flat.main(["--strategies", "hebo", "--peers-python", "venv/bin/nope"])
 
 
+@pytest.mark.unit
 def test_every_mean_and_gap_is_also_given_without_the_table_of_ties(bench):
     flat, _ = bench
     assert flat.TIED == ("car",)
@@ -155,6 +163,7 @@ def test_every_mean_and_gap_is_also_given_without_the_table_of_ties(bench):
     assert "predictor +100.25 ± 0.00 (without car: +0.50 ± 0.00), 2 seeds" in text
 
 
+@pytest.mark.unit
 def test_the_default_is_paired_against_each_other_optimizer_seed_by_seed(bench):
     flat, _ = bench
 
@@ -183,6 +192,7 @@ def test_the_default_is_paired_against_each_other_optimizer_seed_by_seed(bench):
     assert out["tpe:liar"]["concurrent"]["mean"]["regret"] == pytest.approx(0.5)
 
 
+@pytest.mark.unit
 def test_the_docs_table_shows_the_pairing_against_the_default(bench):
     flat, _ = bench
     pair = {"regret": -0.25, "stderr": 0.05, "seeds": 4}
@@ -199,6 +209,7 @@ def test_the_docs_table_shows_the_pairing_against_the_default(bench):
     assert row == "| hebo (seq) | -0.25 ± 0.05 | - | +1.50 ± 0.05 (4) | - |"
 
 
+@pytest.mark.unit
 def test_each_peer_run_keeps_the_versions_it_ran_with(bench):
     flat, flat_peers = bench
     run = flat_peers.run_peer("optuna-tpe", "kc1", seed=0, budget=2)
@@ -239,6 +250,7 @@ def test_the_json_pairs_against_auto_where_only_auto_ran(bench, tmp_path):
         "regret": -0.75, "stderr": 0.25, "seeds": 2}
 
 
+@pytest.mark.unit
 def test_independent_durations_keep_the_metric_and_ignore_the_configuration(bench):
     import flat_durations
 
@@ -258,6 +270,7 @@ def test_independent_durations_keep_the_metric_and_ignore_the_configuration(benc
     assert len(times) > 10  # drawn anew for each evaluation
 
 
+@pytest.mark.unit
 def test_the_durations_comparison_pairs_each_run_with_its_stored_seeds(bench):
     import flat_durations
 

@@ -16,6 +16,8 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from search.strategies._gp import WindowedGPSampler
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 DIST = {"x": FloatDistribution(0.0, 1.0)}
 
 

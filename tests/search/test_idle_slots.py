@@ -15,6 +15,8 @@ from search.pruners._promotion import PAUSED_ATTR, RESUME_OF_ATTR, PromotingHalv
 from search.pruners._replay import ReplayRun, replay
 from training.contract import CHECKPOINT_ATTR
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 EPOCHS = 9
 
 

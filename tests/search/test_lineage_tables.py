@@ -5,6 +5,7 @@ counts a failed continuation as nothing promoted."""
 from __future__ import annotations
 
 import optuna
+import pytest
 from optuna.trial import TrialState
 from rich.console import Console
 
@@ -12,6 +13,8 @@ from search.analysis._figures import trials_frame
 from search.analysis._report import _best_table
 from search.analysis._tables import best_table, status_table
 from search.pruners._promotion import LINEAGE_ATTR, PAUSED_ATTR, RESUME_OF_ATTR
+
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
 
 
 def _study() -> optuna.Study:

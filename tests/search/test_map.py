@@ -16,6 +16,8 @@ from search.analysis._figures import study_panels
 from search.analysis._map import map_figure, map_panel, project
 from tests.search.test_report import make_study
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 
 def _points(fig: object) -> dict[str, list[list[object]]]:
     """Trace name -> the customdata rows (trial number, value, label, transferred note)."""

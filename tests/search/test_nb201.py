@@ -20,6 +20,7 @@ from training.contract import open_storage
 BEST_CIFAR10 = "|nor_conv_3x3~0|+|nor_conv_3x3~0|nor_conv_3x3~1|+|skip_connect~0|nor_conv_3x3~1|nor_conv_1x1~2|"
 
 
+@pytest.mark.unit
 def test_table_has_every_cell_of_every_dataset() -> None:
     for dataset in nb.DATASETS:
         t = nb.table(dataset)
@@ -29,6 +30,7 @@ def test_table_has_every_cell_of_every_dataset() -> None:
     assert nb.table("cifar10") is nb.table("cifar10")  # read once
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("dataset", "best", "key"),
     [("cifar10", 91.61, "333132"), ("cifar100", 73.49, "333133"), ("imagenet16-120", 46.73, "322133")],
@@ -38,6 +40,7 @@ def test_best_cell_per_dataset(dataset: str, best: float, key: str) -> None:
     assert nb.mean_accuracy(key, dataset) == nb.best_mean_accuracy(dataset)
 
 
+@pytest.mark.unit
 def test_genome_string_and_key_name_the_same_cell() -> None:
     genome = CellGenome.from_nb201_string(BEST_CIFAR10)
     assert nb.table_key(genome) == nb.table_key(BEST_CIFAR10) == "333132"
@@ -47,6 +50,7 @@ def test_genome_string_and_key_name_the_same_cell() -> None:
     assert nb.table_key(only_skip_03) == "000100"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("dataset", "n", "expected"),
     [("cifar10", 10, 89.97), ("cifar10", 20, 90.37), ("cifar10", 50, 90.80), ("cifar10", 100, 91.02),
@@ -56,6 +60,7 @@ def test_random_search_expectation_matches_the_published_figures(dataset: str, n
     assert nb.random_search_expectation(dataset, n) == pytest.approx(expected, abs=0.005)
 
 
+@pytest.mark.unit
 def test_random_search_expectation_agrees_with_sampling() -> None:
     t = nb.table("cifar10")
     rng = np.random.default_rng(0)
@@ -69,6 +74,7 @@ def test_random_search_expectation_agrees_with_sampling() -> None:
     assert nb.random_search_expectation("cifar10", 20, noisy=True) < nb.random_search_expectation("cifar10", 20)
 
 
+@pytest.mark.unit
 def test_evaluate_answers_one_seed_from_the_table() -> None:
     genome = CellGenome.from_nb201_string(BEST_CIFAR10)
     t = nb.table("cifar10")
@@ -84,6 +90,7 @@ def test_evaluate_answers_one_seed_from_the_table() -> None:
     assert nb.evaluate({"genome": genome}, dataset="cifar10", noise_seed=0) == out  # deterministic
 
 
+@pytest.mark.unit
 def test_noise_seed_picks_different_training_seeds() -> None:
     genome = CellGenome.from_nb201_string(BEST_CIFAR10)
     answers = [nb.evaluate({"genome": genome}, dataset="cifar10", noise_seed=s) for s in range(40)]
@@ -92,6 +99,7 @@ def test_noise_seed_picks_different_training_seeds() -> None:
     assert seeds == {0, 1, 2} and len(values) == 3
 
 
+@pytest.mark.unit
 def test_every_genome_the_cell_family_makes_is_in_the_table() -> None:
     family = CellFamily()
     for edges in itertools.islice(itertools.product(family.ops, repeat=6), 0, None, 97):
@@ -100,6 +108,7 @@ def test_every_genome_the_cell_family_makes_is_in_the_table() -> None:
         assert 0 < out["values"]["val_accuracy"] < 100
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("params", "dataset", "message"),
     [
@@ -116,6 +125,7 @@ def test_bad_input_is_a_clear_error(params: dict, dataset: str, message: str) ->
         nb.evaluate(params, dataset=dataset, noise_seed=0)
 
 
+@pytest.mark.unit
 def test_check_family_accepts_only_nb201_cell_families() -> None:
     nb.check_family(CellFamily())
     nb.check_family(CellFamily(ops=("none", "nor_conv_3x3", "skip_connect")))
@@ -129,6 +139,7 @@ def test_check_family_accepts_only_nb201_cell_families() -> None:
             nb.check_family(family)
 
 
+@pytest.mark.unit
 def test_bad_arch_and_n_are_errors() -> None:
     with pytest.raises(ValueError, match="arch: not a NAS-Bench-201 cell"):
         nb.mean_accuracy("|conv~0|", "cifar10")
@@ -170,6 +181,7 @@ def test_search_run_of_an_nb201_study_end_to_end(tmp_path: Path) -> None:
     assert len({t.user_attrs["nb201_seed"] for t in trials}) > 1
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("strategy", ["evolution", "reinforce", "tpe", "random"])
 def test_shipped_nb201_studies_are_valid(strategy: str) -> None:
     sf = load_study_file(Path(__file__).parents[2] / "studies" / f"nb201-{strategy}.toml")

@@ -16,6 +16,8 @@ import spaces
 from search.strategies._base import draw, uniform_choice
 from search.strategies._nsga2 import GenomeChildGeneration, GenomeNSGAIISampler
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 CELL = spaces.CellFamily()
 SPACE = spaces.Space(
     {"genome": CELL, "x": spaces.Float(low=-1.0, high=1.0), "c": spaces.Categorical(("p", "q"))}

@@ -8,6 +8,7 @@ import socket
 import subprocess
 
 import optuna
+import pytest
 from optuna.trial import TrialState
 
 from search.driver import _segments
@@ -25,6 +26,7 @@ def _dead_pid() -> int:
     return proc.pid
 
 
+@pytest.mark.unit
 def test_the_replay_decides_with_the_drivers_function(monkeypatch) -> None:  # noqa: ANN001
     calls: list[bool] = []
     real = _segments.next_start
@@ -80,6 +82,7 @@ def test_a_pause_whose_answer_was_lost_is_asked_again_not_run_past_its_rung() ->
     assert retry.user_attrs[RESUME_FROM_ATTR]["epoch"] == 1
 
 
+@pytest.mark.unit
 def test_an_untold_continuation_is_no_configuration_of_the_budget() -> None:
     study = optuna.create_study()
     config, cont, other = study.ask(), study.ask(), study.ask()

@@ -65,6 +65,7 @@ def test_the_own_loop_is_imported_with_the_launchers_env_not_in_the_driver(
     assert "myloop" not in sys.modules
 
 
+@pytest.mark.unit
 def test_checkpoints_every_is_refused_for_an_own_loop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

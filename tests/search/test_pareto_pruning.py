@@ -66,6 +66,7 @@ def _pruner(fraction: float = 0.5, startup: int = 0, warmup: int = 1) -> Dominat
     return DominatedPruner(fraction=fraction, n_startup_trials=startup, n_warmup_steps=warmup)
 
 
+@pytest.mark.unit
 def test_a_trial_most_others_dominate_is_stopped_one_they_do_not_goes_on() -> None:
     others = [[0.9, 100.0], [0.8, 50.0], [0.95, 80.0], [0.85, 90.0]]
     assert _judge(_study(ACC_PARAMS, others), _pruner(), {1: [0.7, 120.0]})
@@ -73,6 +74,7 @@ def test_a_trial_most_others_dominate_is_stopped_one_they_do_not_goes_on() -> No
     assert not _judge(_study(ACC_PARAMS, others), _pruner(), {1: [0.1, 10.0]})
 
 
+@pytest.mark.unit
 def test_the_fraction_is_a_threshold_on_the_share_of_others_that_dominate() -> None:
     # [0.7, 100] is dominated by exactly 2 of these 4 (the first two).
     others = [[0.9, 100.0], [0.8, 60.0], [0.6, 50.0], [0.95, 200.0]]
@@ -83,10 +85,12 @@ def test_the_fraction_is_a_threshold_on_the_share_of_others_that_dominate() -> N
     assert _judge(_study(ACC_PARAMS, everyone), _pruner(1.0), {1: [0.7, 100.0]})
 
 
+@pytest.mark.unit
 def test_equal_vectors_do_not_dominate_each_other() -> None:
     assert not _judge(_study(ACC_PARAMS, [[0.7, 100.0]] * 5), _pruner(0.01), {1: [0.7, 100.0]})
 
 
+@pytest.mark.unit
 def test_flipping_a_direction_changes_the_decision() -> None:
     others = [[0.9, 100.0], [0.95, 200.0], [0.92, 150.0]]
     candidate = {1: [0.7, 50.0]}  # the smallest: on the front when n_params is minimised
@@ -102,6 +106,7 @@ def test_flipping_a_direction_changes_the_decision() -> None:
     assert _judge(_study(["minimize", "minimize"], others), _pruner(), weak)
 
 
+@pytest.mark.unit
 def test_no_trial_on_the_front_at_its_epoch_is_ever_stopped() -> None:
     rng = random.Random(7)
     for _ in range(20):
@@ -117,6 +122,7 @@ def test_no_trial_on_the_front_at_its_epoch_is_ever_stopped() -> None:
                     assert not stopped
 
 
+@pytest.mark.unit
 def test_warmup_and_startup_hold_the_rule_back() -> None:
     others = [[0.9, 50.0]] * 3
     weak = [0.5, 100.0]
@@ -131,6 +137,7 @@ def test_warmup_and_startup_hold_the_rule_back() -> None:
     assert _judge(study, _pruner(startup=0), {1: weak})
 
 
+@pytest.mark.unit
 def test_only_the_trials_that_reached_the_epoch_count_and_failed_ones_never() -> None:
     study = _study(ACC_PARAMS, [[0.6, 100.0]] * 2)  # at epoch 1 only: a weak pair
     _add(study, {1: [0.9, 50.0], 2: [0.9, 50.0]})
@@ -142,6 +149,7 @@ def test_only_the_trials_that_reached_the_epoch_count_and_failed_ones_never() ->
     assert not _judge(study, _pruner(), {1: [0.8, 60.0]})
 
 
+@pytest.mark.unit
 def test_a_non_finite_entry_is_the_worst_value() -> None:
     others = [[0.5, 100.0]] * 3
     assert _judge(_study(ACC_PARAMS, others), _pruner(), {1: [None, 100.0]})  # type: ignore[list-item]
@@ -149,6 +157,7 @@ def test_a_non_finite_entry_is_the_worst_value() -> None:
     assert not _judge(unfinished, _pruner(), {1: [0.1, 100.0]})
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("direction", ["maximize", "minimize"])
 @pytest.mark.parametrize("fraction", [0.25, 0.5, 0.75])
 def test_with_one_objective_it_is_optunas_percentile_pruner(direction: str, fraction: float) -> None:
@@ -171,6 +180,7 @@ def test_with_one_objective_it_is_optunas_percentile_pruner(direction: str, frac
     assert 0 < stops < 40
 
 
+@pytest.mark.unit
 def test_options_are_checked_and_name_the_argument() -> None:
     with pytest.raises(ValueError, match=r"^fraction: must be in \(0, 1\], got 0"):
         DominatedPruner(fraction=0)
@@ -178,6 +188,7 @@ def test_options_are_checked_and_name_the_argument() -> None:
         DominatedPruner(n_startup_trials=-1)
 
 
+@pytest.mark.unit
 def test_rank_zeros_reporter_records_each_epochs_vector_and_asks_the_rule(tmp_path: Path) -> None:
     journal = str(tmp_path / "s.journal")
     sf = parse_study({"name": "mo", "metric": ["val_accuracy", "n_params"],
@@ -217,6 +228,7 @@ def wrong_shape(params, report):
 """
 
 
+@pytest.mark.unit
 def test_a_function_objective_reports_vectors_and_is_pruned(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -39,6 +39,7 @@ def _connected(ops: tuple[str, ...]) -> CellGenome | None:
         return None
 
 
+@pytest.mark.unit
 def test_every_cell_encodes_to_its_table_key_and_back(peers_mod):
     _peers, _ = peers_mod
     keys = set()
@@ -55,6 +56,7 @@ def test_every_cell_encodes_to_its_table_key_and_back(peers_mod):
     assert 0 < connected < 5**6  # and the flat space also holds disconnected cells
 
 
+@pytest.mark.unit
 def test_encode_names_the_bad_edge(peers_mod):
     _peers, _ = peers_mod
     with pytest.raises(ValueError, match="edge2: 'conv_5x5'"):
@@ -63,6 +65,7 @@ def test_encode_names_the_bad_edge(peers_mod):
         _peers.encode(("none",) * 5)
 
 
+@pytest.mark.unit
 def test_a_peer_sees_the_drivers_noise_model_and_noise_seeds(peers_mod):
     _peers, _ = peers_mod
     best = ("nor_conv_3x3",) * 3 + ("skip_connect", "nor_conv_3x3", "nor_conv_1x1")
@@ -82,6 +85,7 @@ def test_a_peer_sees_the_drivers_noise_model_and_noise_seeds(peers_mod):
         problem(best)
 
 
+@pytest.mark.unit
 def test_a_disconnected_cell_answers_like_the_table(peers_mod):
     _peers, _ = peers_mod
     value = _peers.observe("000000", "cifar10", noise_seed=3)
@@ -89,6 +93,7 @@ def test_a_disconnected_cell_answers_like_the_table(peers_mod):
     assert mean_accuracy("000000", "cifar10") < 20.0
 
 
+@pytest.mark.unit
 def test_incumbent_is_the_best_observed_scored_by_its_seed_mean(peers_mod):
     _peers, _ = peers_mod
     keys = ["000000", "333132", "111111", "222222"]
@@ -105,6 +110,7 @@ def test_incumbent_is_the_best_observed_scored_by_its_seed_mean(peers_mod):
     assert lucky[-1] == mean_accuracy("111111", "cifar10")
 
 
+@pytest.mark.unit
 def test_optuna_tpe_peer_runs_the_protocol(peers_mod):
     _peers, _ = peers_mod
     problem = _peers.run_peer("optuna-tpe", "cifar10", 1, 12)
@@ -153,6 +159,7 @@ def test_a_missing_or_failing_peer_is_reported_not_raised(peers_mod, monkeypatch
     assert table["cifar10"]["broken"]["reason"].startswith("RuntimeError")
 
 
+@pytest.mark.unit
 def test_benchmark_helpers_import_one_way() -> None:
     """benchmarks/_common: peers -> syne_tune_loop -> nb201_protocol, never back (the old
     _peers.py <-> _syne_tune.py circle), read from the modules' own import statements."""

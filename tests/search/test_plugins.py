@@ -28,6 +28,7 @@ def _study(training: dict, space: dict | None = None, **top: object) -> dict:
             "space": space or {}}
 
 
+@pytest.mark.unit
 def test_free_space_names_go_to_a_model_plugin_and_are_refused_without_one() -> None:
     width = {"type": "int", "low": 8, "high": 32}
     sf = parse_study(_study({"model": "_user_plugins:build"}, {"width": width}))
@@ -40,6 +41,7 @@ def test_free_space_names_go_to_a_model_plugin_and_are_refused_without_one() -> 
         parse_study(_study({"model": "_user_plugins:build"}, {"epochs": width}))
 
 
+@pytest.mark.unit
 def test_plugin_metrics_and_regression_metrics_are_checked_in_the_study_file() -> None:
     sf = parse_study(_study({"task": "regression"}))
     assert sf.objectives == ["val_loss"] and sf.directions == ["minimize"]

@@ -6,10 +6,13 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import optuna
+import pytest
 
 from search.driver._driver import Driver
 from search.pruners._promotion import RESUME_OF_ATTR
 from training.contract import TrialSpec
+
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
 
 
 class _Client:

@@ -18,6 +18,8 @@ from search.strategies._registry import build_sampler
 from search.strategies._surrogate import GaussianProcess, normal_scores, quantiles
 from tests.search.test_strategies import SPACE, objective
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 SMALL = {"startup_trials": 5}
 CELL = spaces.Space({"genome": spaces.CellFamily()})
 

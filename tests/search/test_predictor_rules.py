@@ -17,6 +17,8 @@ from search.strategies._base import draw, uniform_choice
 from search.strategies._predictor import _unit_of, unit_weights
 from search.strategies._surrogate import GaussianProcess, normal_scores, probit
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 FLAT = spaces.Space(
     {
         "x": spaces.Int(low=0, high=60),

@@ -51,6 +51,7 @@ def _study(pruner: PromotingHalving, direction: str = "maximize") -> optuna.Stud
     return optuna.create_study(direction=direction, pruner=pruner)
 
 
+@pytest.mark.unit
 def test_rungs_follow_min_resource_and_eta() -> None:
     assert PromotingHalving(1, 3).rung_epochs(0, 12) == [1, 3, 9]
     assert PromotingHalving(1, 3, min_early_stopping_rate=1).rung_epochs(0, 12) == [3, 9]
@@ -59,6 +60,7 @@ def test_rungs_follow_min_resource_and_eta() -> None:
     assert PromotingHalving(1, 3, brackets=3).rung_epochs(2, 12) == [9]
 
 
+@pytest.mark.unit
 def test_a_trial_pauses_at_a_rung_unless_it_is_in_the_top_third() -> None:
     study = _study(PromotingHalving(1, 3))
     assert _asks_to_pause(study, [0.5])  # the first to arrive: floor(1/3) = 0 promotable
@@ -69,6 +71,7 @@ def test_a_trial_pauses_at_a_rung_unless_it_is_in_the_top_third() -> None:
     assert not _asks_to_pause(study, [0.9, 0.1])  # epoch 2 is no rung: it goes on
 
 
+@pytest.mark.unit
 def test_direction_decides_what_is_best() -> None:
     study = _study(PromotingHalving(1, 3), direction="minimize")
     _paused(study, [0.5])
@@ -77,6 +80,7 @@ def test_direction_decides_what_is_best() -> None:
     assert not _asks_to_pause(study, [0.1])
 
 
+@pytest.mark.unit
 def test_paused_trials_become_promotable_as_more_arrive_best_and_highest_first() -> None:
     study = _study(PromotingHalving(1, 3))
     pruner = study.pruner
@@ -96,6 +100,7 @@ def test_paused_trials_become_promotable_as_more_arrive_best_and_highest_first()
     assert [t.number for t in pruner.promotable(study)] == [b.number, c.number]
 
 
+@pytest.mark.unit
 def test_when_no_new_configuration_comes_each_rung_promotes_at_least_its_best() -> None:
     # Two configurations at rung 1 of eta 3: floor(2/3) = 0, so none would ever go on and a
     # finite study would end with nothing trained to its last epoch.
@@ -108,6 +113,7 @@ def test_when_no_new_configuration_comes_each_rung_promotes_at_least_its_best() 
     assert [t.number for t in pruner.promotable(study, finishing=True)] == [best.number]
 
 
+@pytest.mark.unit
 def test_a_lineage_counts_once_at_a_rung() -> None:
     study = _study(PromotingHalving(1, 3))
     pruner = study.pruner
@@ -122,6 +128,7 @@ def test_a_lineage_counts_once_at_a_rung() -> None:
     assert sorted(values) == [0, 1, 2]
 
 
+@pytest.mark.unit
 def test_hyperband_brackets_do_not_compete() -> None:
     pruner = PromotingHalving(1, 3, brackets=2, max_resource=12)
     study = _study(pruner)
@@ -135,6 +142,7 @@ def test_hyperband_brackets_do_not_compete() -> None:
     assert [t.number for t in pruner.promotable(study)] == [2]
 
 
+@pytest.mark.unit
 def test_a_failed_continuation_leaves_its_parent_promotable_again() -> None:
     study = _study(PromotingHalving(1, 2))
     pruner = study.pruner
@@ -151,6 +159,7 @@ def test_a_failed_continuation_leaves_its_parent_promotable_again() -> None:
     assert pruner.promotable(study) == []
 
 
+@pytest.mark.unit
 def test_hyperband_brackets_follow_configuration_numbers_not_trial_numbers() -> None:
     pruner = PromotingHalving(1, 2, brackets=2, max_resource=8)
     study = _study(pruner)
@@ -170,6 +179,7 @@ def test_hyperband_brackets_follow_configuration_numbers_not_trial_numbers() -> 
     assert counts == [2, 1]
 
 
+@pytest.mark.unit
 def test_a_retry_after_a_lost_worker_carries_the_lineage_totals() -> None:
     from search.driver._study import RESUME_FROM_ATTR, requeue
 

@@ -21,6 +21,8 @@ from search.pruners._promotion import (
 )
 from tests.search.test_promotion import _asks_to_pause, _paused, _study
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 
 def _numbers(trials: list[optuna.trial.FrozenTrial]) -> list[int]:
     return [t.number for t in trials]

@@ -24,6 +24,8 @@ from search.pruners._promotion import (
 )
 from tests.search.test_promotion import _asks_to_pause, _paused, _study
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 
 def _trial(number: int, state: TrialState = TrialState.PRUNED, values: dict[int, float] | None = None,
            **attrs: object) -> optuna.trial.FrozenTrial:

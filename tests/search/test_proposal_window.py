@@ -28,6 +28,8 @@ from search.strategies._registry import build_sampler
 from search.strategies._window import IncrementalGroupSpace, Window
 from search.studyfile._study_file import parse_study
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 FLAT = spaces.Space({
     "lr": spaces.Float(low=1e-5, high=1.0, log=True),
     "width": spaces.Int(low=8, high=512),

@@ -15,6 +15,8 @@ from search.pruners._promotion import PAUSED_ATTR, RESUME_OF_ATTR, PromotingHalv
 from search.pruners._replay import best_final, replay
 from search.strategies._registry import pruner_spec
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 EPOCHS = 12
 N = 30
 ORDERS = 20

@@ -142,6 +142,7 @@ def _processes_tagged(tag: str) -> list[int]:
     return found
 
 
+@pytest.mark.unit
 def test_trials_of_a_silent_driver_on_another_host_are_failed(tmp_path: Path) -> None:
     from search.driver._study import HEARTBEAT_ATTR
 
@@ -199,6 +200,7 @@ def test_kill_on_a_terminal_gives_the_cursor_back(tmp_path: Path) -> None:
     assert re.search(r"━{16} +0/20 run 1 ok 0 pruned 0 fail 0 best - +0:00:\d\d", text), text
 
 
+@pytest.mark.unit
 def test_one_driver_heartbeat_keeps_all_its_trials_on_another_host(tmp_path: Path) -> None:
     from search.driver._study import HEARTBEAT_ATTR, driver_beat_key
 

@@ -17,6 +17,8 @@ import spaces
 from search.strategies import Policy, ReinforceSampler, candidate_key
 from search.strategies._reinforce import LOGP_ATTR
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 CAT = CategoricalDistribution(("a", "b", "c"))
 INT8 = IntDistribution(1, 8)  # 8 values: one arm each with 8 bins
 INT9 = IntDistribution(1, 9)  # 9 values: 8 bins

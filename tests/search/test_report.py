@@ -216,6 +216,7 @@ def _on_white(color: str, opacity: float) -> float:
     return 1.05 / (luminance + 0.05)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("objective", ["val_accuracy", "val_loss"])  # maximised, minimised
 def test_parallel_coordinates_draw_the_best_trials_dark(tmp_path: Path, objective: str) -> None:
     from search.analysis._figures import PARALLEL_SCALE, parallel_figure
@@ -290,6 +291,7 @@ def test_report_of_a_multi_objective_study_draws_the_pareto_front(
         print(f"\nreport screenshot: {shot}")
 
 
+@pytest.mark.unit
 def test_figures_that_cannot_be_drawn_leave_a_note(storage: str, tmp_path: Path) -> None:
     page = tmp_path / "tiny.html"
     code, out, err = run_cli("report", TINY, "--storage", storage, "-o", str(page),
@@ -310,6 +312,7 @@ def test_figures_that_cannot_be_drawn_leave_a_note(storage: str, tmp_path: Path)
     assert "no complete trial yet" in (tmp_path / "e.html").read_text()
 
 
+@pytest.mark.unit
 def test_default_output_is_named_after_the_study(
         storage: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
@@ -323,6 +326,7 @@ def test_default_output_is_named_after_the_study(
     assert "Strategies compared: 4 studies" in text  # named: another dataset is compared too
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("args", "message"), [
     (["nope"], "error: study: no study 'nope' in {storage} (found: nb-"),
     (["nb-tpe-0", "--compare", "nope"], "error: compare: no study 'nope' in {storage}"),
@@ -341,6 +345,7 @@ def test_bad_input_is_one_line_and_exit_2(storage: str, tmp_path: Path, args: li
     assert not list(tmp_path.glob("*.html")) and not list(tmp_path.glob(".*tmp"))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("storage_arg", ["{tmp}/none.journal", "bogus://x"])
 def test_bad_storage_is_one_line_and_creates_nothing(tmp_path: Path, storage_arg: str) -> None:
     code, out, err = run_cli("report", "x", "--storage", storage_arg.format(tmp=tmp_path))

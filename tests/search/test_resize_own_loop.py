@@ -31,6 +31,7 @@ def _paused(reshard: bool | None, **attrs: object) -> optuna.trial.FrozenTrial:
         user_attrs={WIDTH_ATTR: 1, CHECKPOINT_ATTR: checkpoint, **attrs})
 
 
+@pytest.mark.unit
 def test_a_continuation_widens_only_where_its_checkpoint_restores_on_another_width() -> None:
     assert next_width(POLICY, _paused(True))[WIDTH_ATTR] == 2
     assert next_width(POLICY, _paused(None))[WIDTH_ATTR] == 2
@@ -43,6 +44,7 @@ def test_a_continuation_widens_only_where_its_checkpoint_restores_on_another_wid
     assert next_width(POLICY, _paused(True, **{KEPT_ATTR: "why"}))[KEPT_ATTR] == "why"
 
 
+@pytest.mark.unit
 def test_a_kept_lineage_pauses_for_no_widening_and_takes_no_idle_slot() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     pruner = PromotingHalving(1, 2, max_resource=8, widen_until=4)  # rungs 1, 2, 4
@@ -69,6 +71,7 @@ def test_a_kept_lineage_pauses_for_no_widening_and_takes_no_idle_slot() -> None:
     assert sorted(marked) == sorted([free.number, unsaved.number])
 
 
+@pytest.mark.unit
 def test_resize_is_accepted_for_an_own_loop_and_refused_for_a_function_objective() -> None:
     base = {"name": "r", "pruner": {"name": "asha", "promote": True},
             "resize": {"factor": 2, "max_ranks": 4}}

@@ -14,6 +14,8 @@ from search.driver._resize import WIDTH_ATTR, WidenOnPromotion, ran_on
 from search.pruners._promotion import RESUME_OF_ATTR, PromotingHalving
 from search.pruners._replay import ReplayRun, replay
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 EPOCHS = 9
 
 

@@ -30,6 +30,7 @@ def _study(**tables: dict) -> dict:
             "resize": {"factor": 2, "max_ranks": 4}, **tables}
 
 
+@pytest.mark.unit
 def test_resize_widens_the_cluster_and_needs_promotion() -> None:
     assert parse_study(_study()).max_ranks == 4  # workers are sized for the widest segment
     with pytest.raises(StudyError, match=r"resize: widens a trial when it is promoted: set "

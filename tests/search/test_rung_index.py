@@ -19,6 +19,8 @@ from search.pruners._promotion import (
     PromotingHalving,
 )
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 # Few distinct values, so that rungs hold ties; NaN and inf are never counted.
 VALUES = (0.1, 0.2, 0.3, 0.5, 0.5, 0.7, 0.9, math.nan, math.inf)
 EPOCHS = 9

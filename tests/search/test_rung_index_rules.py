@@ -19,6 +19,8 @@ from search.pruners._promotion import (
 )
 from search.pruners._rung_index import RungIndex, Unindexable, _remove
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 
 def _pair(**kwargs: int) -> tuple[PromotingHalving, PromotingHalving]:
     options = {"min_resource": 1, "reduction_factor": 2, "max_resource": 8, **kwargs}

@@ -47,6 +47,7 @@ def _factory(
 CONTRACT = sorted(set(STRATEGIES) - {"auto"})
 
 
+@pytest.mark.unit
 def test_every_strategy_is_covered() -> None:
     assert set(SMALL) | {"auto"} == set(STRATEGIES)
 
@@ -101,6 +102,7 @@ EDITS = {
 }
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("edit", sorted(EDITS))
 @pytest.mark.parametrize("name", CONTRACT)
 def test_a_study_resumed_after_its_space_was_edited_goes_on(name: str, edit: str) -> None:
@@ -126,6 +128,7 @@ def test_a_study_resumed_after_its_space_was_edited_goes_on(name: str, edit: str
                     assert dim.low <= value <= dim.high
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", ("evolution", "reinforce", "nsga2", "predictor"))
 def test_reseed_rng_changes_what_is_proposed(name: str) -> None:
     """Same seed, same history: the proposals agree; after ``reseed_rng`` they do not."""
@@ -143,6 +146,7 @@ def test_reseed_rng_changes_what_is_proposed(name: str) -> None:
     assert proposals(True) != proposals(False)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", ("evolution", "reinforce", "predictor"))
 def test_a_sampler_given_to_a_second_in_memory_study_proposes_as_a_fresh_one(name: str) -> None:
     """Every in-memory storage's first study has id 0 (and trial ids 0, 1, ...): caches keyed by
@@ -166,6 +170,7 @@ def test_a_sampler_given_to_a_second_in_memory_study_proposes_as_a_fresh_one(nam
         build_sampler(name, SMALL[name], 0, FLAT, ["maximize"]))
 
 
+@pytest.mark.unit
 def test_nsga2_children_on_a_variable_depth_genome_are_made_not_redrawn() -> None:
     """On the mnist1d-topology stack family, NSGA-II's own child covers only the parameters
     every trial has; the deeper layers used to be drawn at random (63 % of a child's genome
@@ -186,6 +191,7 @@ def test_nsga2_children_on_a_variable_depth_genome_are_made_not_redrawn() -> Non
     assert random <= 0.05 * (made + random), sampler.decisions
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("score", ["small-first", "erratic"])
 def test_tpe_never_reproposes_a_network_on_a_variable_depth_genome(score: str) -> None:
     """On the mnist1d-topology stack family, TPE's grouped mode samples each layer's parameters

@@ -147,6 +147,7 @@ def test_measured_service_charges_real_driver_work(client: Client) -> None:
     assert clock.now() > 1200
 
 
+@pytest.mark.unit
 def test_the_model_of_one_serial_driver() -> None:
     # Far below the knee: each trial waits only its own service; far past it: W s per cycle.
     assert driver_bound(8, 600.0, 1.0) == pytest.approx(600 / 601, rel=1e-3)
@@ -156,6 +157,7 @@ def test_the_model_of_one_serial_driver() -> None:
     assert w == pytest.approx(600 / (0.95 * 0.01), rel=0.01)
 
 
+@pytest.mark.unit
 def test_workload_draws_are_seeded_and_shaped() -> None:
     a = evaluate({"x": 0.3}, dataset="sweep", noise_seed=11)
     assert a == evaluate({"x": 0.3}, dataset="sweep", noise_seed=11)
@@ -169,6 +171,7 @@ def test_workload_draws_are_seeded_and_shaped() -> None:
     assert all((o["sim_time_s"] == 900.0) == o["user_attrs"]["sim_straggler"] for o in slow)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("objective", "message"), [
     ("simulated:nope", "unknown simulated workload 'nope'"),
     ("simulated:sweep,fail=2", "fail=2.0 is out of range"),

@@ -9,6 +9,8 @@ import pytest
 
 from training.contract import journal_path, open_storage, redact
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 
 def test_journal_paths_and_database_urls_are_told_apart() -> None:
     assert journal_path("detol.journal") == "detol.journal"

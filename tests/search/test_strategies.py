@@ -87,6 +87,7 @@ def _beats_random(name: str, seeds: int, trials: int) -> None:
     assert mine.mean() > rand.mean() + margin, (name, mine.mean(), rand.mean(), margin)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", ["evolution", "reinforce", "tpe"])
 def test_beats_random_by_two_standard_errors(name: str) -> None:
     _beats_random(name, seeds=10, trials=40)
@@ -97,6 +98,7 @@ def test_gp_beats_random_by_two_standard_errors() -> None:
     _beats_random("gp", seeds=6, trials=25)  # ~0.3 s per ask on 2 cores
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", ["evolution", "reinforce", "tpe", "random"])
 def test_same_seed_same_sequence(name: str) -> None:
     a, b = run(make_study(name, 7), 25), run(make_study(name, 7), 25)
@@ -104,11 +106,13 @@ def test_same_seed_same_sequence(name: str) -> None:
     assert run(make_study(name, 8), 25) != a
 
 
+@pytest.mark.unit
 def test_gp_same_seed_same_sequence() -> None:
     a, b = run(make_study("gp", 7), 6), run(make_study("gp", 7), 6)  # one GP ask each
     assert a == b
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", ["evolution", "reinforce"])
 def test_resume_continues_as_if_uninterrupted(name: str) -> None:
     # One driver runs 60 trials; another runs 30, dies, and a new sampler instance (same seed)
@@ -142,6 +146,7 @@ def _same_state(a: optuna.Study, b: optuna.Study) -> None:
         assert any(np.ptp(v) > 0 for v in qb.logits.values())  # it learned something
 
 
+@pytest.mark.unit
 def test_evolution_population_is_the_most_recent_complete_trials() -> None:
     study = make_study("evolution", 0)
     run(study, 20)
@@ -153,6 +158,7 @@ def test_evolution_population_is_the_most_recent_complete_trials() -> None:
     assert [t.number for t in sampler.population(study)] == list(range(12, 20))
 
 
+@pytest.mark.unit
 def test_reinforce_replay_is_incremental_and_order_exact() -> None:
     study = make_study("reinforce", 0)
     run(study, 10)
@@ -166,6 +172,7 @@ def test_reinforce_replay_is_incremental_and_order_exact() -> None:
         np.testing.assert_allclose(fresh.logits[key], policy.logits[key])
 
 
+@pytest.mark.unit
 def test_reinforce_learns_only_from_its_own_draws_not_random_fallbacks() -> None:
     # "extra" is asked by the objective but not in the strategy's space: Optuna's contract
     # has the sampler answer it (at random), and the policy must not count it as an action.
@@ -182,6 +189,7 @@ def test_reinforce_learns_only_from_its_own_draws_not_random_fallbacks() -> None
     assert not any("detol:fallback:x" in t.system_attrs for t in study.trials)
 
 
+@pytest.mark.unit
 def test_reinforce_policy_is_replayed_once_when_threads_ask_at_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -230,6 +238,7 @@ def _reinforce_run(weights: bool, batch: int) -> tuple[list[dict[str, Any]], opt
     return [t.params for t in study.trials], study
 
 
+@pytest.mark.unit
 def test_reinforce_importance_weights_change_only_late_results() -> None:
     # Sequentially the proposing policy is the updating one: the weight is 1, nothing changes.
     assert _reinforce_run(True, 1)[0] == _reinforce_run(False, 1)[0]
@@ -254,6 +263,7 @@ def test_reinforce_importance_weights_change_only_late_results() -> None:
         assert ReinforceSampler._weight(policy, taken, fake) == pytest.approx(expected)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", ["evolution", "reinforce"])
 def test_concurrent_asks_propose_distinct_candidates(name: str) -> None:
     study = make_study(name, 1)
@@ -264,6 +274,7 @@ def test_concurrent_asks_propose_distinct_candidates(name: str) -> None:
     assert len(keys) == 8 and not keys & done
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", ["evolution", "reinforce"])
 def test_scalar_only_space(name: str) -> None:
     space = spaces.Space(
@@ -283,6 +294,7 @@ def test_scalar_only_space(name: str) -> None:
     assert len({candidate_key(space, t.params) for t in study.trials}) == 20
 
 
+@pytest.mark.unit
 def test_nsga2_tournament_prefers_a_feasible_parent_under_constraints() -> None:
     # Optuna's constrained dominance: a feasible trial beats an infeasible one whatever the
     # values; without constraints the better values win.
@@ -308,6 +320,7 @@ def test_nsga2_tournament_prefers_a_feasible_parent_under_constraints() -> None:
     assert 0.1 in picks and picks.count(0.1) > picks.count(0.9)  # a tie only when i == j
 
 
+@pytest.mark.unit
 def test_nsga2_children_come_from_the_genome_operators() -> None:
     sampler = build_sampler("nsga2", {"population": 6}, 0, SPACE, ["maximize", "minimize"])
     study = optuna.create_study(sampler=sampler, directions=["maximize", "minimize"])
@@ -327,6 +340,7 @@ def test_nsga2_children_come_from_the_genome_operators() -> None:
         assert nearest <= 4
 
 
+@pytest.mark.unit
 def test_options_of_another_strategy_are_one_line_errors() -> None:
     with pytest.raises(StudyError, match=r"^strategy\.learning_rate: not an option of the "
                        r"'evolution' strategy \(its options: crossover_prob, mutation_prob"):
@@ -341,6 +355,7 @@ def test_options_of_another_strategy_are_one_line_errors() -> None:
     assert sf.strategy.entropy_weight == 0.01
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("given", "population", "tournament"),
     [
@@ -358,6 +373,7 @@ def test_evolution_selection(given: dict[str, Any], population: int, tournament:
     assert (sampler._size, sampler._tournament) == (population, tournament)
 
 
+@pytest.mark.unit
 def test_greedy_evolution_with_a_tournament_size_is_a_one_line_error() -> None:
     with pytest.raises(StudyError, match=r"^strategy\.tournament: only with selection = "
                        r'"tournament"'):
@@ -367,6 +383,7 @@ def test_greedy_evolution_with_a_tournament_size_is_a_one_line_error() -> None:
         parse_study({"name": "x", "strategy": {"name": "evolution", "selection": "best"}})
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", ["evolution", "reinforce", "predictor"])
 def test_single_objective_strategies_refuse_two_objectives(name: str) -> None:
     with pytest.raises(StudyError, match=rf"^strategy: '{name}' optimises one objective") as err:
@@ -374,6 +391,7 @@ def test_single_objective_strategies_refuse_two_objectives(name: str) -> None:
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.unit
 def test_every_strategy_builds_for_its_objectives() -> None:
     for name in STRATEGIES:
         assert isinstance(
@@ -383,6 +401,7 @@ def test_every_strategy_builds_for_its_objectives() -> None:
         build_sampler(name, {}, 0, SPACE, ["maximize", "minimize"])
 
 
+@pytest.mark.unit
 def test_tpe_does_not_propose_a_running_network_again() -> None:
     # Without the constant liar, running trials do not enter TPE's model: only the distinct
     # filter keeps eight concurrent asks apart (and apart from the finished trials).
@@ -420,6 +439,7 @@ def _eight_asks_apart(options: dict[str, Any], seed: int) -> float:
     return float(np.mean([np.abs(a - b).sum() for i, a in enumerate(asks) for b in asks[i + 1:]]))
 
 
+@pytest.mark.unit
 def test_tpe_constant_liar_spreads_concurrent_asks_and_is_off_by_default() -> None:
     # On ordinal values the distinct filter lets 8 concurrent asks crowd onto neighbours of one
     # point; Optuna's constant liar, through our sampler (its window and filter), spreads them.
@@ -431,6 +451,7 @@ def test_tpe_constant_liar_spreads_concurrent_asks_and_is_off_by_default() -> No
     assert not build_sampler("tpe", {}, 0, FLAT, ["maximize"])._constant_liar  # noqa: SLF001
 
 
+@pytest.mark.unit
 def test_tpe_does_not_spend_evaluations_on_repeated_cells() -> None:
     # A small space where Optuna's own TPE, once it has a model, proposes the same network again.
     space = spaces.Space({"genome": spaces.CellFamily(ops=("nor_conv_3x3", "skip_connect",

@@ -50,6 +50,7 @@ def _dead_pid() -> int:
     return proc.pid
 
 
+@pytest.mark.unit
 def test_a_resume_with_other_directions_or_metrics_is_refused_naming_the_field() -> None:
     storage = optuna.storages.InMemoryStorage()
     open_study(parse_study(_form()), storage)
@@ -65,6 +66,7 @@ def test_a_resume_with_other_directions_or_metrics_is_refused_naming_the_field()
         "use another name")
 
 
+@pytest.mark.unit
 def test_a_seeded_resume_draws_on_as_a_sampler_seeded_past_its_trials() -> None:
     storage = optuna.storages.InMemoryStorage()
     sf = parse_study(_form())
@@ -90,6 +92,7 @@ def _with_space(n: int, high: float) -> Any:
                                     for i in range(n)}))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("n", "more"), [(6, ""), (7, " (and 1 more)"), (9, " (and 3 more)")])
 def test_a_refusal_lists_six_changes_and_counts_the_rest(n: int, more: str) -> None:
     storage = optuna.storages.InMemoryStorage()
@@ -104,6 +107,7 @@ def test_a_refusal_lists_six_changes_and_counts_the_rest(n: int, more: str) -> N
         "one first (search delete s)")
 
 
+@pytest.mark.unit
 def test_a_new_dimension_shows_none_before_and_the_budget_changes_freely() -> None:
     storage = optuna.storages.InMemoryStorage()
     study = open_study(parse_study(_form()), storage)
@@ -130,6 +134,7 @@ def test_a_new_dimension_shows_none_before_and_the_budget_changes_freely() -> No
         ['strategy.name changed from "random" to "tpe"']]
 
 
+@pytest.mark.unit
 def test_a_study_made_by_plain_optuna_is_compared_with_nothing() -> None:
     study = optuna.create_study(study_name="s")
     assert check_same_study(study, parse_study(_form()), "here") == []
@@ -166,6 +171,7 @@ def test_a_trial_of_this_process_or_of_a_pid_it_may_not_signal_is_no_orphan(
     assert study.trials[mine.number].state is TrialState.RUNNING
 
 
+@pytest.mark.unit
 def test_another_hosts_trial_without_a_beat_is_judged_from_its_start() -> None:
     study = optuna.create_study()
     fresh = _running(study, "elsewhere:1")  # started now, no beat yet
@@ -210,6 +216,7 @@ def test_a_trial_claimed_or_ended_while_the_recovery_waits_is_left_alone(
     assert len(study.get_trials(states=(TrialState.WAITING,))) == 2  # not the one without params
 
 
+@pytest.mark.unit
 def test_changes_are_listed_past_every_skipped_key_and_keys_keep_their_last_letter() -> None:
     from search.driver._study import _changes, _flat
 
@@ -226,6 +233,7 @@ def test_changes_are_listed_past_every_skipped_key_and_keys_keep_their_last_lett
         ("space.algorithm.choices", None, ["sync", "asgd"]), ("training.send_every", 1, 4)]
 
 
+@pytest.mark.unit
 def test_a_study_keeps_its_file_without_the_storage_and_prunes_as_the_file_says(
         tmp_path: Path) -> None:
     from search.pruners._promotion import PromotingHalving
@@ -246,6 +254,7 @@ def test_a_study_keeps_its_file_without_the_storage_and_prunes_as_the_file_says(
     assert study.pruner.max_resource == 4  # the study's epochs: the last one completes
 
 
+@pytest.mark.unit
 def test_a_stored_strategy_name_that_is_no_name_is_no_strategy() -> None:
     from search.driver._study import recorded_strategy
 
@@ -256,6 +265,7 @@ def test_a_stored_strategy_name_that_is_no_name_is_no_strategy() -> None:
     assert recorded_strategy(study) == "tpe"
 
 
+@pytest.mark.unit
 def test_only_a_pausing_pruner_with_a_checkpoint_at_the_last_epoch_pauses_a_lost_trial() -> None:
     from search.driver._study import paused_when_lost
     from search.pruners._promotion import PromotingHalving
@@ -309,6 +319,7 @@ def test_an_orphan_at_its_rung_is_told_paused_with_why() -> None:
         "and the pruner asked again)")
 
 
+@pytest.mark.unit
 def test_a_warm_start_source_in_an_unnamed_storage_is_this_studys_storage() -> None:
     sf = parse_study(_form(strategy={"name": "random", "seed": 7, "warm_start": ["zz"]}))
     with pytest.raises(StudyError) as info:

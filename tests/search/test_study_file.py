@@ -10,6 +10,8 @@ import pytest
 from search import StudyError, load_study_file, parse_study
 from search.studyfile._study_file import StudyFile
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 
 def test_defaults_and_inferred_directions() -> None:
     sf = parse_study({"name": "x", "metric": ["val_accuracy", "n_params"], "pruner": "none"})

@@ -67,6 +67,7 @@ def test_a_larger_budget_and_another_strategy_continue_the_study_and_say_so(
         'strategy.name changed from "random" to "tpe"']
 
 
+@pytest.mark.unit
 def test_fields_that_cannot_change_a_trial_do_not_block_a_resume(tmp_path: Path) -> None:
     """A study made by an older detol: its stored form lacks fields added since (at their
     default they change nothing) and holds an older default of a field its algorithm never

@@ -6,6 +6,7 @@ the budget, lineage work is carried, a study file's changes are classified."""
 from __future__ import annotations
 
 import optuna
+import pytest
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
@@ -23,6 +24,8 @@ from search.driver._study import (
 )
 from search.pruners._promotion import LINEAGE_ATTR, LINEAGE_EPOCHS_ATTR, RESUME_OF_ATTR
 from training.contract import CHECKPOINT_ATTR
+
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
 
 X = {"x": FloatDistribution(0.0, 1.0)}
 

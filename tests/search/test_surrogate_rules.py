@@ -23,6 +23,8 @@ from search.strategies._surrogate import (
     upper_confidence,
 )
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 SCALES = (0.25, 0.5, 1.0, 2.0)  # times the median distance (the module's grid, as documented)
 NOISES = (0.02, 0.1, 0.3)
 

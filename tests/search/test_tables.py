@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import optuna
+import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from rich.console import Console
 
 from search.analysis._tables import best_table
+
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
 
 
 def test_best_table_fits_80_columns_with_whole_headers() -> None:

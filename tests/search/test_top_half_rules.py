@@ -13,6 +13,8 @@ from optuna.trial import TrialState, create_trial
 
 from search.pruners._top_half import TopHalfPruner
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 
 def _study(
     direction: str,

@@ -42,6 +42,7 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.unit
 def test_a_torn_tail_is_cut_kept_aside_and_the_study_goes_on(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -61,6 +62,7 @@ def test_a_torn_tail_is_cut_kept_aside_and_the_study_goes_on(
     assert [t.state.name for t in again.trials[3:]] == ["COMPLETE", "COMPLETE"]
 
 
+@pytest.mark.unit
 def test_damage_with_good_records_after_it_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
     path = tmp_path / "s.journal"
     whole = _three_trials(path)
@@ -90,6 +92,7 @@ def test_search_run_refuses_a_damaged_journal_with_exit_2(tmp_path: Path) -> Non
     assert _sha(path) == before
 
 
+@pytest.mark.unit
 def test_the_repair_waits_for_the_journals_lock(tmp_path: Path) -> None:
     """A writer that holds the lock (another driver mid-append) is never raced: nothing is cut
     until it lets go."""
@@ -110,6 +113,7 @@ def test_the_repair_waits_for_the_journals_lock(tmp_path: Path) -> None:
     assert len(_plain(path).trials) == 4
 
 
+@pytest.mark.unit
 def test_two_writers_on_one_torn_journal_repair_once(tmp_path: Path) -> None:
     path = tmp_path / "s.journal"
     _torn(path)

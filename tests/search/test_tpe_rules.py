@@ -20,6 +20,8 @@ import spaces
 from search.strategies._base import candidate_key
 from search.strategies._tpe import DistinctTPESampler, _only_values
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 X = IntDistribution(0, 9)
 XY = spaces.Space({"x": spaces.Int(low=0, high=9), "y": spaces.Float(low=0.0, high=1.0)})
 ONLY_X = spaces.Space({"x": spaces.Int(low=0, high=9)})

@@ -109,6 +109,7 @@ def _error_line(code: int, stdout: str, stderr: str) -> str:
 # --- the study file ---------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_study_file_names_sources_by_name_or_table() -> None:
     sf = parse_study({"name": "t", "objective": "nb201:cifar100", "space": CELL, "strategy": {
         "name": "evolution", "warm_start": ["a", {"study": "b", "storage": "x.journal"}],
@@ -118,6 +119,7 @@ def test_study_file_names_sources_by_name_or_table() -> None:
     assert sf.strategy.warm_start_top == 3
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("strategy", "where", "expected"), [
     ({"warm_start": "a"}, "strategy.warm_start", "expected a list"),
     ({"warm_start": [3]}, "strategy.warm_start[0]", "expected a study name or a table"),
@@ -142,6 +144,7 @@ def test_bad_warm_start_is_one_error_naming_the_field(
     assert exc.value.where == where and expected in exc.value.message, str(exc.value)
 
 
+@pytest.mark.unit
 def test_stored_study_form_hides_a_source_password() -> None:
     sf = parse_study({"name": "t", "objective": "nb201:cifar100", "space": CELL, "strategy": {
         "name": "tpe", "warm_start": [{"study": "a", "storage": "postgresql://u:pw@h/db"}]}})
@@ -151,6 +154,7 @@ def test_stored_study_form_hides_a_source_password() -> None:
 # --- bad sources: exit 2, one line, nothing written -------------------------------------------
 
 
+@pytest.mark.unit
 def test_unknown_source_names_it_and_lists_the_studies_there(tmp_path: Path) -> None:
     url = str(tmp_path / "s.journal")
     _make_source(url, "c10", [90.0, 91.0])
@@ -161,6 +165,7 @@ def test_unknown_source_names_it_and_lists_the_studies_there(tmp_path: Path) -> 
     assert sorted(optuna.get_all_study_names(open_storage(url))) == ["c10", "other"]
 
 
+@pytest.mark.unit
 def test_source_with_nothing_in_common_is_an_error_naming_it(tmp_path: Path) -> None:
     url = str(tmp_path / "s.journal")
     flat = optuna.create_study(study_name="flat", storage=open_storage(url))
@@ -173,6 +178,7 @@ def test_source_with_nothing_in_common_is_an_error_naming_it(tmp_path: Path) -> 
     assert optuna.get_all_study_names(open_storage(url)) == ["flat"]
 
 
+@pytest.mark.unit
 def test_missing_source_storage_file_is_an_error_and_is_not_created(tmp_path: Path) -> None:
     url = str(tmp_path / "s.journal")
     gone = tmp_path / "gone.journal"
@@ -183,6 +189,7 @@ def test_missing_source_storage_file_is_an_error_and_is_not_created(tmp_path: Pa
     assert not gone.exists() and not Path(url).exists()
 
 
+@pytest.mark.unit
 def test_source_in_another_storage_equal_to_the_study_itself_is_an_error(tmp_path: Path) -> None:
     url = str(tmp_path / "s.journal")
     _make_source(url, "t", [90.0])
@@ -193,6 +200,7 @@ def test_source_in_another_storage_equal_to_the_study_itself_is_an_error(tmp_pat
     assert _digest(Path(url)) == before
 
 
+@pytest.mark.unit
 def test_source_without_complete_trials_is_an_error(tmp_path: Path) -> None:
     url = str(tmp_path / "s.journal")
     optuna.create_study(study_name="empty", storage=open_storage(url))
@@ -344,6 +352,7 @@ def test_params_are_restricted_to_this_space_and_the_rest_is_drawn(tmp_path: Pat
     assert all("y" not in t.params and t.params["z"] in (0, 1) for t in trials)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("strategy", ["random", "tpe", "evolution", "reinforce", "gp"])
 def test_every_strategy_starts_from_the_transferred_cells(strategy: str) -> None:
     storage = optuna.storages.InMemoryStorage()
@@ -370,6 +379,7 @@ def test_every_strategy_starts_from_the_transferred_cells(strategy: str) -> None
     assert _transferred(study) == ["c10#5", "c10#4"]
 
 
+@pytest.mark.unit
 def test_rank_quantiles_are_per_source_and_direction_aware() -> None:
     assert warm.rank_quantiles([0.2, 0.1, 0.1, 0.9], maximize=False).tolist() == [
         pytest.approx(1 / 3), pytest.approx(5 / 6), pytest.approx(5 / 6), 0.0]
@@ -389,6 +399,7 @@ def _first_proposal(storage: optuna.storages.BaseStorage, name: str,
     return study, trial.params
 
 
+@pytest.mark.unit
 def test_predictor_learns_from_every_source_trial() -> None:
     from search.simulated._nb201 import mean_accuracy, table_key
     from search.strategies import PredictorSampler

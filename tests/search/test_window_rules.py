@@ -17,6 +17,8 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from search.strategies._window import IncrementalGroupSpace, Window, WindowedStudy
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 DIST = {"x": FloatDistribution(0.0, 1.0)}
 
 

@@ -10,6 +10,8 @@ import pytest
 
 from spaces import CellFamily, CellGenome
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 KNOWN = "['avg_pool_3x3', 'max_pool_3x3', 'none', 'nor_conv_1x1', 'nor_conv_3x3', 'skip_connect']"
 
 

@@ -8,6 +8,8 @@ import pytest
 
 from spaces import Categorical, CellFamily, Float, Int, Space, condition_problems
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 ALGORITHMS = ("sync", "asgd", "localsgd")
 
 

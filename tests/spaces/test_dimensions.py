@@ -7,6 +7,8 @@ import pytest
 
 from spaces import Categorical, Float, Int, Space
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 
 @pytest.mark.parametrize(
     ("make", "message"),

@@ -11,6 +11,8 @@ import pytest
 from spaces import Categorical, Float, Int
 from spaces._dimensions import Dimension
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 
 @pytest.mark.parametrize(
     ("make", "message"),

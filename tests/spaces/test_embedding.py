@@ -32,6 +32,8 @@ from tests.spaces.test_genome_families import (
     seeds,
 )
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 SETTINGS = settings(deadline=None, database=None, max_examples=60)
 kinds = st.sampled_from(KINDS)
 

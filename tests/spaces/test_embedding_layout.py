@@ -12,6 +12,8 @@ import pytest
 from spaces import Categorical, CellFamily, Float, Int, MacroFamily, Space, SpaceEmbedding
 from spaces._embedding import unit
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 FAMILY = CellFamily()
 SPACE = Space(
     {

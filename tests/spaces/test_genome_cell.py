@@ -6,8 +6,11 @@ import itertools
 
 import numpy as np
 import optuna
+import pytest
 
 from spaces import NB201_OPS, CellFamily, CellGenome, cell_edges, mutate
+
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
 
 ARCH = (
     "|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|"

@@ -26,6 +26,8 @@ from spaces._genome import (
     short_hash,
 )
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 
 def test_a_genome_table_without_a_family_is_one_line_not_a_key_error() -> None:
     for data in ({"nodes": 4}, [], "cell"):

@@ -24,6 +24,8 @@ from spaces import (
 from spaces._genome_encoding import _product, _unit, genome_encoder, parse_kind
 from tests.spaces.rules_helpers import refused
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 
 def features(encoder: Any, genome: Any) -> dict[str, float]:
     return dict(zip(encoder.names, encoder(genome), strict=True))

@@ -21,6 +21,8 @@ from spaces import (
     mutate,
 )
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 CASES: list[tuple[Callable[[], object], str]] = [
     (lambda: CellFamily(ops=("none", "conv")), "ops: unknown op 'conv' (known: ['avg_pool_3x3',"),
     (lambda: CellFamily(ops=("none",)), "ops: ['none'] has no usable op"),

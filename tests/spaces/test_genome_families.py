@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import optuna
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -140,6 +141,7 @@ def assert_valid(family: GenomeFamily, genome: Genome) -> None:
 # --- properties ----------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 @SETTINGS
 @given(families, seeds)
 def test_sampled_genomes_are_valid_and_rebuild_from_trial_params(
@@ -157,12 +159,14 @@ def test_sampled_genomes_are_valid_and_rebuild_from_trial_params(
     assert family.suggest(fixed).to_dict() == genome.to_dict()
 
 
+@pytest.mark.unit
 @SETTINGS
 @given(families, seeds)
 def test_random_sampling_without_optuna_gives_members(family: GenomeFamily, seed: int) -> None:
     assert_valid(family, family.sample(np.random.default_rng(seed)))
 
 
+@pytest.mark.unit
 @SETTINGS
 @given(families, seeds, seeds, st.data())
 def test_every_mutation_kind_gives_a_valid_member(
@@ -181,6 +185,7 @@ def test_every_mutation_kind_gives_a_valid_member(
         assert_valid(family, child)
 
 
+@pytest.mark.unit
 @SETTINGS
 @given(families, seeds, seeds, seeds)
 def test_crossover_gives_a_valid_member(
@@ -190,6 +195,7 @@ def test_crossover_gives_a_valid_member(
     assert_valid(family, crossover(family, pa, pb, np.random.default_rng(rng_seed)))
 
 
+@pytest.mark.unit
 def test_mutation_changes_the_network_when_it_can() -> None:
     family = MacroFamily(max_nodes=5)
     rng = np.random.default_rng(0)
@@ -198,6 +204,7 @@ def test_mutation_changes_the_network_when_it_can() -> None:
         assert mutate(family, genome, rng) != genome
 
 
+@pytest.mark.unit
 def test_a_family_is_a_dimension_of_a_space() -> None:
     space = Space({"genome": CellFamily()})
     trial = optuna.create_study().ask()
@@ -251,6 +258,7 @@ def _permuted_macro(genome: MacroGenome, rng: np.random.Generator) -> MacroGenom
     )
 
 
+@pytest.mark.unit
 @SETTINGS
 @given(st.one_of(cell_families(), macro_families()), seeds, seeds)
 def test_isomorphic_genomes_hash_equal(family: GenomeFamily, seed: int, perm_seed: int) -> None:
@@ -262,6 +270,7 @@ def test_isomorphic_genomes_hash_equal(family: GenomeFamily, seed: int, perm_see
     assert copy.canonical().to_dict() == genome.canonical().to_dict()
 
 
+@pytest.mark.unit
 def test_renumbered_macro_dag_is_equal_and_a_different_dag_is_not() -> None:
     conv = lambda w, *i: MacroNode(op="conv", inputs=i, width=w, kernel=3)  # noqa: E731
     pool = lambda *i: MacroNode(op="max_pool", inputs=i, kernel=3)  # noqa: E731

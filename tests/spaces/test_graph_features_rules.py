@@ -21,6 +21,8 @@ from spaces._graph_features import (
     wl_features,
 )
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 # Paths input -> output: conv; pool>conv; conv>pool>conv; pool; conv>pool; and the direct edge.
 A = (["in", "conv", "pool", "conv", "out"], [(), (0,), (0, 1), (2,), (1, 3, 2, 0)])
 # Two identical branches: conv, conv.

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 import optuna
+import pytest
 
 from spaces import CellFamily, MacroFamily, MacroGenome, MacroNode, genome_from_json, make_family
 from tests.spaces.rules_helpers import Recorder, refused
+
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
 
 
 def conv(width: int, *inputs: int, kernel: int = 3) -> MacroNode:

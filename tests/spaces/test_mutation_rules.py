@@ -32,6 +32,8 @@ from spaces._mutation import (
     applicable_mutations,
 )
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 MACRO = MacroFamily(min_nodes=1, max_nodes=7, ops=("conv", "max_pool", "identity"),
                     widths=(4, 8), kernels=(1, 3), max_inputs=2)
 SEEDS = range(60)

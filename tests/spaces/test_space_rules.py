@@ -5,7 +5,11 @@ the combinations ``reachable`` lists on such a grid."""
 
 from __future__ import annotations
 
+import pytest
+
 from spaces import Categorical, CellFamily, Float, Int, Space, condition_problems
+
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
 
 
 def test_refusals_word_for_word() -> None:

@@ -9,10 +9,13 @@ from typing import Any
 
 import numpy as np
 import optuna
+import pytest
 
 from spaces import CellFamily, Layer, StackFamily, StackGenome, genome_from_json, make_family
 from spaces._stack import check_dropout
 from tests.spaces.rules_helpers import Recorder, refused
+
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
 
 
 def conv(width: int = 16, kernel: int = 3, **kw: Any) -> Layer:

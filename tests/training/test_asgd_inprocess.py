@@ -12,6 +12,8 @@ from mpi4py import MPI
 
 from training.algorithms._asgd import ASGD, asgd_update, parzen_gate
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 
 def _asgd(n: int = 6, lr: float = 0.1, send_every: int = 1) -> ASGD:
     torch.manual_seed(0)

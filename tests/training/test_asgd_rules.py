@@ -20,6 +20,8 @@ from training.algorithms._asgd import (
     slot_bytes,
 )
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 8])
 def test_a_slot_holds_header_state_and_an_aligned_trailer_in_the_fewest_bytes(n: int) -> None:

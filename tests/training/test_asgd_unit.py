@@ -18,6 +18,8 @@ from training.algorithms._asgd import (
     slot_bytes,
 )
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 
 def _slot(n: int = 3) -> Slot:
     return Slot(np.zeros(slot_bytes(n), np.uint8), n)

@@ -10,6 +10,8 @@ import pytest
 
 from training.storage._artifacts import artifact_store
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 
 class _Dies(io.RawIOBase):
     """A source that yields some bytes, then fails as a killed writer would stop."""

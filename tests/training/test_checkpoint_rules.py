@@ -26,6 +26,8 @@ from training.state._checkpoint import (
 from training.state._reshard import reshard
 from training.storage._artifacts import FREE_ON_RESTORE, CheckpointPlan
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 CONFIG = {"algorithm": "asgd", "seed": 5, "hidden": 128, "epochs": 4}
 
 

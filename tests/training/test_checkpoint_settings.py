@@ -19,6 +19,8 @@ from training.state._checkpoint import (
 )
 from training.storage._artifacts import CheckpointPlan
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 
 def _checkpointer(tmp_path: Path) -> Checkpointer:
     store = tmp_path / "store"

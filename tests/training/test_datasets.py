@@ -12,6 +12,8 @@ import pytest
 from training import DATASETS, load_dataset
 from training.data import _datasets as data_module
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 
 def test_registered_names() -> None:
     assert {"digits", "mnist1d", "fashion-mnist", "mnist5k"} <= set(DATASETS)

@@ -10,6 +10,8 @@ from types import ModuleType
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fashion_png"
 LIMIT = 30
 

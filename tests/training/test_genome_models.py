@@ -21,6 +21,8 @@ from spaces import (
 from tests.spaces.test_genome_families import _permuted_macro, families
 from training.models._genome import ACTIVATIONS, build_genome_model, model_cost
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 # mnist1d, digits, 28x28 images (kept small here: 12x12), 2-channel signals.
 SHAPES = [(40,), (1, 8, 8), (1, 12, 12), (2, 10)]
 

@@ -13,9 +13,9 @@ from training.contract import SINGLE_NODE_ENV
 from training.launch import launcher_argv
 
 HERE = os.path.dirname(sys.executable)
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.skipif(
     not os.path.exists(os.path.join(HERE, "mpiexec.gforker")), reason="the mpich wheel's gforker"
-)
+), pytest.mark.unit]
 
 
 def test_a_single_node_plain_line_runs_under_gforker() -> None:

@@ -22,6 +22,8 @@ from training.session._session import Session
 from training.state._checkpoint import Checkpointer
 from training.storage._artifacts import CheckpointPlan
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 CONFIG = TrainConfig(dataset="digits", epochs=4, ranks=1, hidden=16, lr=0.05, batch_size=64)
 
 

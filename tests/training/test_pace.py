@@ -10,6 +10,8 @@ from pydantic import ValidationError
 from training._config import TrainConfig
 from training.algorithms._pace import Pace
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 
 def _busy(seconds: float) -> None:
     end = time.thread_time() + seconds

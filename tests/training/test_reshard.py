@@ -11,6 +11,8 @@ from training.contract import TrainConfig
 from training.state._checkpoint import CheckpointMismatch, check_compatible
 from training.state._reshard import reshard, sources
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 
 def _state(rank: int) -> dict:
     return {

@@ -9,6 +9,8 @@ import pytest
 from training.data._shard import ShardBatches
 from training.session._agreement import FINISH, REPORT, SAVE, describe
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 
 @pytest.mark.parametrize("n", [8, 37, 100, 101])
 @pytest.mark.parametrize("size", [1, 2, 3, 4])

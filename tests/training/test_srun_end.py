@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from training.launch._line import QUEUE_WAIT_S, end_job, still_queued
 
 
@@ -21,6 +23,7 @@ def test_srun_gets_sigterm_before_the_group_is_killed(tmp_path: Path) -> None:
     assert (tmp_path / "got").read_text() == "TERM\n"
 
 
+@pytest.mark.unit
 def test_a_job_queued_too_long_is_given_up_with_its_reason() -> None:
     queued = "srun: job 42 queued and waiting for resources\n"
     assert still_queued(queued, since=100.0, now=100.0 + QUEUE_WAIT_S - 1) == ""

@@ -16,6 +16,8 @@ from training.models._genome import build_genome_model
 from training.pruning._config import PruneConfig
 from training.pruning._units import UnitPruning, choose, groups, importance, taylor_batch
 
+pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
+
 STACK = {"family": "stack", "layers": [
     {"kind": "conv", "width": 8, "activation": "relu", "dropout": 0.0, "kernel": 3, "pool": True},
     {"kind": "dense", "width": 12, "activation": "tanh", "dropout": 0.0},  # no dead units

@@ -42,6 +42,7 @@ def _train(model: nn.Module, opt: torch.optim.Optimizer, steps: int = 3) -> None
         opt.step()
 
 
+@pytest.mark.unit
 def test_pruning_removes_units_so_parameters_and_flops_drop() -> None:
     model = _stack()
     dense = model_cost(model, (1, 8, 8))
@@ -56,6 +57,7 @@ def test_pruning_removes_units_so_parameters_and_flops_drop() -> None:
     assert model(torch.zeros(2, 64)).shape == (2, 10)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("kind", ["sgd", "adam"])
 def test_optimizer_state_is_sliced_with_the_weights(kind: str) -> None:
     model = _stack()
@@ -78,6 +80,7 @@ def test_optimizer_state_is_sliced_with_the_weights(kind: str) -> None:
     assert ids == {id(p) for p in model.parameters()}  # the optimizer steps the new tensors
 
 
+@pytest.mark.unit
 def test_a_pruned_layer_keeps_learning() -> None:
     model = _stack()
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -90,6 +93,7 @@ def test_a_pruned_layer_keeps_learning() -> None:
     assert (conv2.producer.weight.detach() - w).abs().max() > 1e-4
 
 
+@pytest.mark.unit
 def test_batch_norm_scales_choose_the_units_and_are_sliced() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(1, 6, 3, padding=1), nn.BatchNorm2d(6), nn.ReLU(),
@@ -105,6 +109,7 @@ def test_batch_norm_scales_choose_the_units_and_are_sliced() -> None:
     assert model(torch.zeros(2, 1, 4, 4)).shape == (2, 3)
 
 
+@pytest.mark.unit
 def test_resize_restores_the_widths_of_a_checkpoint() -> None:
     model, pruned = _stack(), _stack()
     UnitPruning(PruneConfig(target=0.5, start_epoch=1, end_epoch=1, steps=1), pruned,
@@ -115,6 +120,7 @@ def test_resize_restores_the_widths_of_a_checkpoint() -> None:
     assert torch.equal(model(x), pruned(x))
 
 
+@pytest.mark.unit
 def test_models_it_cannot_prune_are_refused_with_one_line() -> None:
     cell = {"family": "cell", "nodes": 4, "edges": ["nor_conv_3x3"] * 6}
     model = build_genome_model(genome_from_dict(cell), (1, 8, 8), 10)
@@ -124,6 +130,7 @@ def test_models_it_cannot_prune_are_refused_with_one_line() -> None:
         UnitPruning(PruneConfig(criterion="bn_l1"), _stack(), _Self())
 
 
+@pytest.mark.unit
 def test_the_schedule_reaches_the_target_at_end_epoch() -> None:
     assert PruneConfig(target=0.6, start_epoch=2, end_epoch=6, steps=3).events() == {
         2: pytest.approx(0.2), 4: pytest.approx(0.4), 6: pytest.approx(0.6)}
@@ -131,6 +138,7 @@ def test_the_schedule_reaches_the_target_at_end_epoch() -> None:
         PruneConfig(steps=4)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("study", "line"), [
     ({"training": {"epochs": 2, "prune": {}}},
      "training: prune.end_epoch = 3 is after the last epoch (epochs = 2)"),
@@ -149,6 +157,7 @@ def test_prune_keys_are_validated_naming_the_key(study: dict, line: str) -> None
     assert str(caught.value).startswith(line) and "\n" not in str(caught.value)
 
 
+@pytest.mark.unit
 def test_every_prune_key_is_searchable() -> None:
     sf = parse_study({"name": "p", "training": {"epochs": 6}, "space": {
         "prune_target": {"type": "float", "low": 0.0, "high": 0.8},
@@ -159,6 +168,7 @@ def test_every_prune_key_is_searchable() -> None:
     assert TrainConfig(epochs=6).prune is None  # no table, nothing searched: dense
 
 
+@pytest.mark.unit
 def test_a_searched_family_that_cannot_be_pruned_is_refused_up_front() -> None:
     with pytest.raises(StudyError, match=r"^training\.prune: the 'cell' genome family cannot"):
         parse_study({"name": "p", "training": {"epochs": 4},
@@ -166,6 +176,7 @@ def test_a_searched_family_that_cannot_be_pruned_is_refused_up_front() -> None:
                                "genome": {"family": "cell"}}})
 
 
+@pytest.mark.unit
 def test_input_layer_false_keeps_the_first_layers_units() -> None:
     model = _stack()
     config = PruneConfig(target=0.5, start_epoch=1, end_epoch=1, steps=1, input_layer=False)
