@@ -48,6 +48,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -148,6 +149,33 @@ OWN_TESTS: dict[str, list[str]] = {
         "tests/search/test_checkpoint_store.py",
         "tests/search/test_simulation.py",
         "tests/search/test_driver_hot_path.py",
+    ],
+    # Issue 46: the training core's hot paths (in-process tests only; the mpiexec ones run the
+    # original code).
+    "training/algorithms/_sync.py": [
+        "tests/training/test_sync_rules.py",
+    ],
+    "training/session/_session.py": [
+        "tests/training/test_one_core.py",
+        "tests/training/test_session_rules.py",
+    ],
+    "training/data/_loaders.py": [
+        "tests/training/test_datasets.py",
+        "tests/training/test_loaders_rules.py",
+    ],
+    "training/pruning/_units.py": [
+        "tests/training/test_unit_pruning_rules.py",
+        "tests/training/test_unit_pruning.py",
+        "tests/training/test_taylor_pruning.py",
+    ],
+    "training/state/_reshard.py": [
+        "tests/training/test_reshard.py",
+        "tests/training/test_checkpoint_rules.py",
+        "tests/training/test_one_core.py",
+    ],
+    "training/launch/_warm_pool.py": [
+        "tests/training/test_launcher_loopback.py",
+        "tests/training/test_warm_pool_rules.py",
     ],
     "training/state/_checkpoint.py": [
         "tests/training/test_checkpoint_settings.py",
@@ -403,7 +431,10 @@ def _imports(name: str, path: Path, package: bool) -> set[str]:
 
     base = name if package else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    source = path.read_text()
+    if package and "lazy(" in source:  # training/_lazy.py's re-exports: {"Name": "_module"}
+        found.update(f"{name}.{module}" for module in re.findall(r'": "(_\w+|\w+)"', source))
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 parts = alias.name.split(".")

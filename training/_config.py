@@ -179,6 +179,11 @@ class TrainConfig(BaseModel):
         least = MIN_RANKS.get(self.algorithm, 1)
         if self.ranks < least:
             raise ValueError(ranks_message(self.algorithm, self.ranks))
+        if self.batch_size < self.ranks:  # the sampler would refuse it in the trial: refused here
+            raise ValueError(
+                f"batch_size {self.batch_size} is smaller than ranks = {self.ranks}: batch_size "
+                "is the global batch, split across ranks, so each rank needs at least one sample"
+            )
         if len(self.slowdown) > self.ranks:
             raise ValueError(
                 f"slowdown gives {len(self.slowdown)} factors but the trial has ranks = "

@@ -79,3 +79,47 @@ def test_only_the_trainers_checkpoints_change_width() -> None:
     own_loop = {"format": 1, "ranks": 2, "config": config}  # a user's states: no rule applies
     with pytest.raises(CheckpointMismatch, match="written by 2 ranks; this job has 3"):
         check_compatible(own_loop, config, 3)
+
+
+def test_a_group_of_mixed_precision_tensors_averages_in_the_first_members_dtype() -> None:
+    group = [{"model": {"w": torch.ones(2, dtype=torch.float16)}},
+             {"model": {"w": torch.full((2,), 3.0, dtype=torch.float64)}}]
+    (out,) = reshard(group, 1, algorithm="asgd", seed=0, epoch=1)
+    assert out["model"]["w"].dtype == torch.float16
+    assert torch.equal(out["model"]["w"], torch.full((2,), 2.0, dtype=torch.float16))
+
+
+def test_copies_are_deep_through_lists_and_tuples() -> None:
+    state = {"model": {"w": torch.zeros(2)},
+             "extra": [torch.zeros(1), (torch.zeros(1), "tag")]}
+    out = reshard([state], 2, algorithm="asgd", seed=0, epoch=1)
+    for copy in out:
+        assert copy["extra"][1][1] == "tag" and isinstance(copy["extra"][1], tuple)
+        copy["extra"][0].add_(1)
+        copy["extra"][1][0].add_(1)
+    assert float(state["extra"][0]) == 0.0 and float(state["extra"][1][0]) == 0.0
+    assert float(out[1]["extra"][1][0]) == 1.0  # each copy its own tensors
+
+
+def test_a_one_state_algorithm_keeps_each_old_ranks_own_algorithm_stream() -> None:
+    old = [_state(0), _state(1), _state(2)]
+    out = reshard(old, 2, algorithm="sync", seed=0, epoch=4)
+    assert out[1]["algorithm"]["rng"] == old[1]["algorithm"]["rng"]  # its own, not rank 0's
+    assert out[1]["algorithm"]["steps"] == old[0]["algorithm"]["steps"]  # rank 0's one state
+    bare = [{**_state(r), "algorithm": {"steps": 1}} for r in range(3)]  # no stream to keep
+    assert reshard(bare, 2, algorithm="sync", seed=0, epoch=4)[1]["algorithm"] == {"steps": 1}
+
+
+def test_a_new_rank_gets_its_streams_from_the_seed_its_rank_and_the_epoch() -> None:
+    old = [{**_state(0), "cuda_rng": torch.zeros(4, dtype=torch.uint8)}]
+    out = reshard(old, 3, algorithm="asgd", seed=3, epoch=5)
+    for rank in (1, 2):
+        assert out[rank]["algorithm"]["rng"] == np.random.default_rng(
+            [3, rank, 5, 7]).bit_generator.state
+        assert out[rank]["cuda_rng"] is None  # seeded by the trainer on its own GPU
+    assert torch.equal(out[0]["cuda_rng"], old[0]["cuda_rng"])
+    no_cuda = reshard([_state(0)], 2, algorithm="asgd", seed=3, epoch=5)
+    assert "cuda_rng" not in no_cuda[1]  # a CPU checkpoint stays one
+    no_rng = reshard([{**_state(0), "algorithm": {"steps": 1}}], 2, algorithm="asgd", seed=3,
+                     epoch=5)
+    assert no_rng[1]["algorithm"] == {"steps": 1}

@@ -277,10 +277,13 @@ class ASGD(Algorithm):
         self.comm_seconds += MPI.Wtime() - t
 
     def finish(self) -> None:
+        self.release()
+        set_flat_parameters(self.model, average_parameters(self.model, self.comm))
+
+    def release(self) -> None:
         self.win.Unlock_all()  # completes the last message
         self.comm.Barrier()  # waits for all ranks: nobody writes into a freed window
         self.win.Free()
-        set_flat_parameters(self.model, average_parameters(self.model, self.comm))
 
     def counters(self) -> dict[str, int]:
         return dict(self.stats)

@@ -91,6 +91,13 @@ class Algorithm:
     def finish(self) -> None:
         """Called once after the last epoch (before the final evaluation)."""
 
+    def release(self) -> None:
+        """Free what is sized for the current parameters, without finishing (no averaging):
+        pruning replaces the parameters and makes the algorithm again (training.pruning)."""
+
+    def continue_from(self, old: Algorithm) -> None:
+        """Carry ``old``'s counters into this algorithm, made again after a prune."""
+
     @contextlib.contextmanager
     def consensus(self) -> Iterator[None]:
         """Evaluate the mean of all ranks' weights, then go back to this rank's own."""

@@ -7,10 +7,7 @@ algorithm's module is imported when the algorithm is made.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from training.algorithms._base import Algorithm
+from typing import Any
 
 # name -> "module:class". The order is the one docs and error messages list them in.
 ALGORITHMS: dict[str, str] = {
@@ -22,14 +19,15 @@ ALGORITHMS: dict[str, str] = {
 }
 
 
-def algorithm_class(name: str) -> type[Algorithm]:
+def algorithm_class(name: str) -> type:
     try:
         module, cls = ALGORITHMS[name].split(":")
     except KeyError:
         raise ValueError(f"unknown algorithm {name!r} (known: {', '.join(ALGORITHMS)})") from None
-    found: type[Algorithm] = getattr(importlib.import_module(module), cls)
+    found: type = getattr(importlib.import_module(module), cls)
     return found
 
 
-def make_algorithm(name: str, model: Any, comm: Any, **options: object) -> Algorithm:
+def make_algorithm(name: str, model: Any, comm: Any, **options: object) -> Any:
+    """An instance of the algorithm ``name`` (a :class:`training.algorithms.Algorithm`)."""
     return algorithm_class(name)(model, comm, **options)

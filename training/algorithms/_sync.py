@@ -35,7 +35,6 @@ class _Bucket:
             self.views.append(self.buffer[offset : offset + p.numel()].view_as(p))
             offset += p.numel()
         self.pending = len(params)
-        self.request: MPI.Request | None = None
         self.persistent: MPI.Prequest | None = None
 
 
@@ -102,7 +101,6 @@ class GradientAllreduce:
         for b in self._buckets:
             b.buffer.zero_()
             b.pending = len(b.params)
-            b.request = None
         for p in self._params:
             self._rebind(p)
         self._next = 0
@@ -133,10 +131,10 @@ class GradientAllreduce:
                     b.host.copy_(b.buffer)  # synchronises the CUDA stream
                 if b.persistent is not None:
                     b.persistent.Start()
-                    b.request = b.persistent
+                    request: MPI.Request = b.persistent
                 else:
-                    b.request = self.comm.Iallreduce(MPI.IN_PLACE, b.host.numpy(), op=MPI.SUM)
-                self._inflight.append(b.request)
+                    request = self.comm.Iallreduce(MPI.IN_PLACE, b.host.numpy(), op=MPI.SUM)
+                self._inflight.append(request)
             self.overlapped += int(from_hook)
             self._next += 1
 
@@ -149,8 +147,9 @@ class GradientAllreduce:
         for b in self._buckets:
             if b.host is not b.buffer and self.comm.size > 1:  # one rank: nothing was staged
                 b.buffer.copy_(b.host)
-            b.pending = len(b.params)  # re-armed: the next backward starts them again, even if
-            b.request = None  # the caller zeroes gradients some other way
+            # Re-armed: the next backward starts them again, even if the caller zeroes gradients
+            # some other way.
+            b.pending = len(b.params)
         self._next = 0
         for p in self._params:
             p.grad = self._view_of[p]  # the summed gradient; never overwritten with a local one
@@ -198,7 +197,14 @@ class SyncSGD(Algorithm):
         yield  # every rank holds the same weights already
 
     def finish(self) -> None:
+        self.release()
+
+    def release(self) -> None:
         self.allreduce.close()
+
+    def continue_from(self, old: Algorithm) -> None:
+        if isinstance(old, SyncSGD):
+            self.allreduce.overlapped = old.allreduce.overlapped
 
     def counters(self) -> dict[str, int]:
         return {

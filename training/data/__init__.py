@@ -20,7 +20,7 @@ from training.data._datasets import (
 __getattr__ = lazy(__name__, {
     "BatchClaims": "_claims",
     "ClaimedBatches": "_loaders",
-    "GlobalBatchSlices": "_loaders",
+    "GlobalBatchSlices": "_sampling",
     "InMemory": "_loaders",
     "Shard": "_loaders",
     "TrainData": "_loaders",
@@ -28,12 +28,11 @@ __getattr__ = lazy(__name__, {
     "from_arrays": "_loaders",
     "load_train_data": "_loaders",
     "make_loader": "_loaders",
-    "ShardBatches": "_shard",
 })
 
 __all__ = [
     "DATASETS", "FASHION_MNIST_FILES", "BatchClaims", "ClaimedBatches", "Dataset",
-    "GlobalBatchSlices", "InMemory", "Shard", "ShardBatches", "TrainData", "check_dataset_loads",
+    "GlobalBatchSlices", "InMemory", "Shard", "TrainData", "check_dataset_loads",
     "check_dataset_name", "collate", "fashion_mnist_dirs", "from_arrays", "load_dataset",
     "load_train_data", "make_loader", "read_idx",
 ]

@@ -1,8 +1,9 @@
 """Data is read, not copied: every split is a map-style dataset read through a ``DataLoader``,
 and each rank reads only its share of every epoch.
 
-- sync (and batch): :class:`GlobalBatchSlices` yields this rank's slice ``batch[rank::size]``
-  of each global batch of the epoch's permutation ``default_rng([seed, epoch])``;
+- sync (and batch): :class:`training.data.GlobalBatchSlices` (the one sampling rule, with own
+  loops) yields this rank's slice ``batch[rank::size]`` of each global batch of the epoch's
+  permutation ``default_rng([seed, epoch])``;
 - asgd, localsgd, simuparallel on several ranks: :class:`ClaimedBatches` yields the local
   batches this rank claims (:mod:`training.data._claims`), so a fast rank reads more;
 - validation and test: a strided shard ``range(rank, n, size)``; metrics are summed weighted by
@@ -150,34 +151,6 @@ def load_train_data(config: TrainConfig) -> TrainData:
         return _from_torch(got, config.task)
     raise PluginError("training.dataset", f"{func}() returned {type(got).__name__}, expected "
                       "training.Dataset or training.TorchDatasets")
-
-
-class GlobalBatchSlices(Sampler[list[int]]):
-    """This rank's rows ``batch[rank::size]`` of every global batch of the epoch's permutation
-    (an empty list when a short last batch has fewer rows than ranks: sync still steps)."""
-
-    def __init__(self, n: int, *, batch_size: int, seed: int, rank: int, size: int,
-                 arrays: bool = False) -> None:
-        self.n, self.batch_size, self.seed = n, batch_size, seed
-        self.rank, self.size = rank, size
-        self.arrays = arrays  # index arrays (in-memory sets) instead of lists
-        self.epoch = 1
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        return -(-self.n // self.batch_size)
-
-    def global_batch(self, i: int) -> int:
-        """Rows of global batch ``i`` (all ranks)."""
-        return min(self.batch_size, self.n - i * self.batch_size)
-
-    def __iter__(self) -> Iterator[list[int]]:
-        order = np.random.default_rng([self.seed, self.epoch]).permutation(self.n)
-        for start in range(0, self.n, self.batch_size):
-            rows = order[start + self.rank : start + self.batch_size : self.size]
-            yield rows if self.arrays else rows.tolist()  # type: ignore[misc]
 
 
 class ClaimedBatches(Sampler[list[int]]):

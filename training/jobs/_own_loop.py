@@ -10,16 +10,19 @@ program hosting the loop (training.jobs.worker, training.jobs.warm_worker) fails
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 ENTRY_PREFIX = "mpi:"
 
 
-def run_own_loop(spec: Any, config: Any, comm: Any) -> dict[str, Any] | None:
-    """Run ``spec.own_loop`` on ``comm``; rank 0 returns the result dict, others None."""
+def run_own_loop(spec: Any, config: Any, comm: Any,
+                 open_session: Callable[..., Any]) -> dict[str, Any] | None:
+    """Run ``spec.own_loop`` on ``comm``; rank 0 returns the result dict, others None.
+    ``open_session``: the trial's session opener (training.jobs._trial), called once the loop's
+    function is found and torch seeded."""
     import torch
 
-    from training.jobs._open import open_session
     from training.plugins import resolve_train
     from training.session import describe_device
 

@@ -35,7 +35,7 @@ from training.data import (
 )
 from training.models import flops
 from training.plugins import build_model, make_batch_sums, make_loss
-from training.pruning import UnitPruning, prune_step, restore_widths, widths
+from training.pruning import UnitPruning, rebuild, resize, step_at, widths
 from training.session import PAUSE, STOP, Reporter, Session, pick_device
 from training.state import Checkpointer
 
@@ -250,7 +250,7 @@ class Trainer:
 
     def load_checkpoint_state(self, state: dict[str, Any]) -> None:
         if self.pruning is not None:
-            restore_widths(self, state.get("widths"))  # the pruned shapes first (collective)
+            self._restore_widths(state.get("widths"))  # the pruned shapes first (collective)
             self.pruning.load_state_dict(state.get("pruning"))
         self.model.load_state_dict(state["model"])  # copies in place: ASGD's flat views hold
         self.optimizer.load_state_dict(state["optimizer"])
@@ -260,6 +260,23 @@ class Trainer:
             torch.cuda.set_rng_state(state["cuda_rng"], self.device)
         self.steps = int(state["steps"])
         self.pace.slept_s = float(state["slept_s"])
+
+    def _prune_step(self, epoch: int) -> None:
+        """Pruning at the start of ``epoch`` (collective when a step is due)."""
+        assert self.pruning is not None
+        new = step_at(self.pruning, epoch, self.model, self.optimizer, self.algorithm,
+                      self.make_algorithm)
+        if new is not None:
+            self.algorithm = new
+            self.flops = flops(self.model, self.data.info.input_shape)
+
+    def _restore_widths(self, sizes: list[int] | None) -> None:
+        """Before a checkpoint's state is loaded: shrink the dense model to its widths."""
+        if sizes is None or widths(self.model) == list(sizes):
+            return
+        resize(self.model, list(sizes), self.optimizer)
+        self.algorithm = rebuild(self.algorithm, self.model, self.optimizer, self.make_algorithm)
+        self.flops = flops(self.model, self.data.info.input_shape)
 
     def _resume(self) -> tuple[int, list[dict[str, float]], float]:
         """(first epoch to run, the curve so far, training seconds already spent), from the
@@ -279,7 +296,7 @@ class Trainer:
         epochs_run = 0
         for epoch in range(first, self.config.epochs + 1):
             if self.pruning is not None:
-                prune_step(self, epoch)  # a step due: waits for all ranks
+                self._prune_step(epoch)  # a step due: waits for all ranks
             train_loss = self._run_epoch(epoch)
             epochs_run += 1
             with self.algorithm.consensus():  # waits for all ranks (except sync)

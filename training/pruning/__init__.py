@@ -17,12 +17,11 @@ __getattr__ = lazy(__name__, {
     "UnitPruning": "_units",
     "resize": "_units",
     "widths": "_units",
-    "prune_step": "_rebuild",
-    "restore_widths": "_rebuild",
+    "rebuild": "_rebuild",
     "step_at": "_rebuild",
 })
 
 __all__ = [
     "SEARCHABLE_PRUNE", "PruneConfig", "PruneError", "UnitPruning", "apply_prune_params",
-    "field_of", "prune_step", "resize", "restore_widths", "step_at", "unprunable", "widths",
+    "field_of", "rebuild", "resize", "step_at", "unprunable", "widths",
 ]

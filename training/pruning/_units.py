@@ -24,13 +24,15 @@ together (the epoch ends with a collective).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from training.pruning._config import PruneConfig
+if TYPE_CHECKING:  # a type only: the settings are validated in training.pruning._config
+    from training.pruning._config import PruneConfig
+
 
 _PRODUCERS = (nn.Linear, nn.Conv1d, nn.Conv2d)
 _NORMS = (nn.BatchNorm1d, nn.BatchNorm2d)

@@ -5,18 +5,16 @@ reporting to the Optuna trial. Reporting needs only Optuna; the session loads to
 """
 
 from training._lazy import lazy
-from training.session._reporting import (
+from training.session._decisions import (
     CONTINUE,
     PAUSE,
     STOP,
     VECTOR_ATTR,
     Decision,
     NullReporter,
-    OptunaReporter,
     Reporter,
-    build_pruner,
-    trial_reporter,
 )
+from training.session._reporting import OptunaReporter, build_pruner, trial_reporter
 
 __getattr__ = lazy(__name__, {
     "Session": "_session",

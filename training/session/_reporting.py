@@ -1,8 +1,5 @@
-"""Rank 0's link to the Optuna trial: per-epoch reports and the pruner's decision.
-
-A decision is a value (house style): ``CONTINUE``, ``PAUSE`` (a promoting pruner stops the trial
-at a rung; it may be resumed from its checkpoint when promoted) or ``STOP`` (pruned for good).
-"""
+"""Rank 0's link to the Optuna trial: per-epoch reports and the pruner's decision (a value of
+:mod:`._decisions`)."""
 
 from __future__ import annotations
 
@@ -10,32 +7,20 @@ import importlib
 import math
 import warnings
 from collections.abc import Mapping
-from typing import Any, Literal, Protocol
+from typing import Any
 
 import optuna
 
+from training.session._decisions import (  # noqa: F401 - re-exported with the reporter
+    CONTINUE,
+    PAUSE,
+    STOP,
+    VECTOR_ATTR,
+    Decision,
+    NullReporter,
+    Reporter,
+)
 from training.storage import RETRY_SECONDS, open_storage
-
-Decision = Literal["continue", "pause", "stop"]
-CONTINUE: Decision = "continue"
-PAUSE: Decision = "pause"
-STOP: Decision = "stop"
-# + the epoch: a multi-objective trial's metrics at that epoch, a list in objective order (a
-# non-finite value as null), one attribute per epoch (search.pruners._dominated reads them).
-VECTOR_ATTR = "detol:vector:"
-
-
-class Reporter(Protocol):
-    def decide(self, epoch: int, row: Mapping[str, float]) -> Decision:
-        """Record ``row`` (the epoch's metrics) for ``epoch``; say whether to go on."""
-        ...
-
-
-class NullReporter:
-    """Standalone training (no study): never prunes."""
-
-    def decide(self, epoch: int, row: Mapping[str, float]) -> Decision:
-        return CONTINUE
 
 
 def build_pruner(spec: dict[str, Any] | None) -> optuna.pruners.BasePruner:

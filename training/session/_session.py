@@ -35,10 +35,10 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from training.data import ShardBatches
+from training.data import GlobalBatchSlices
 from training.pruning import UnitPruning, resize, step_at, widths
 from training.session._agreement import FINISH, REPORT, SAVE, RankDisagreement, agree
-from training.session._reporting import CONTINUE, PAUSE, STOP, Decision, NullReporter, Reporter
+from training.session._decisions import CONTINUE, PAUSE, STOP, Decision, NullReporter, Reporter
 from training.session._wrap import DistributedOptimizer, wrap
 
 DEFAULT_AGREE_TIMEOUT_S = 20.0
@@ -131,12 +131,12 @@ class Session:
     # -- data ---------------------------------------------------------------------------
     def sampler(
         self, dataset: Any, batch_size: int, *, shuffle: bool = True, seed: int = 0
-    ) -> ShardBatches:
+    ) -> GlobalBatchSlices:
         """This rank's local batches of every epoch, for ``DataLoader(dataset,
         batch_sampler=...)``. ``batch_size`` is the global batch, split across ranks; every
         sample is read exactly once per epoch across ranks; the epoch advances at each pass."""
         n = dataset if isinstance(dataset, int) else len(dataset)
-        return ShardBatches(n, batch_size=batch_size, rank=self.rank, size=self.size,
+        return GlobalBatchSlices(n, batch_size=batch_size, rank=self.rank, size=self.size,
                             shuffle=shuffle, seed=seed, epoch=self.last_epoch + 1)
 
     def shard(

@@ -1,0 +1,47 @@
+"""A stand-in for a warm pool's MPI job, for tests/training/test_warm_pool_rules.py: started as
+the pool's launcher (``python _fake_pool.py python -m training.jobs.warm_worker SOCKET PID``),
+it plays rank 0 of training.jobs.warm_worker on the pool's socket without MPI or torch. Each
+trial message's ``spec.own_loop["params"]["do"]`` says what it does: ``complete`` (replies
+``{"state": "complete", "n": trials so far}``), ``retire`` (replies and asks to be retired),
+``die`` (writes a rank's error file into the trial's error_dir, then exits 3), ``exit`` (exits 5,
+nothing written), ``hang`` (never replies), ``close`` (closes the socket, exits 0)."""
+
+import json
+import os
+import socket
+import sys
+import time
+
+path = sys.argv[-2]
+if os.environ.get("FAKE_POOL_NEVER_CONNECTS"):
+    print("fake pool: failed before MPI_Init", flush=True)
+    sys.exit(4)
+conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+conn.connect(path)
+buffer = b""
+served = 0
+while True:
+    chunk = conn.recv(1 << 16)
+    if not chunk:
+        sys.exit(0)
+    buffer += chunk
+    while b"\n" in buffer:
+        line, _, buffer = buffer.partition(b"\n")
+        message = json.loads(line)
+        do = message["spec"]["own_loop"]["params"]["do"]
+        served += 1
+        print(f"fake pool: trial {served} does {do}", flush=True)
+        if do in ("complete", "retire"):
+            reply = {"state": "complete", "n": served, "retire": do == "retire"}
+            conn.sendall(json.dumps(reply).encode() + b"\n")
+        elif do == "die":
+            with open(os.path.join(message["error_dir"], "rank1.json"), "w") as f:
+                json.dump({"exit_reason": "RuntimeError: rank 1 broke"}, f)
+            sys.exit(3)
+        elif do == "exit":
+            sys.exit(5)
+        elif do == "hang":
+            time.sleep(600)
+        elif do == "close":
+            conn.close()
+            sys.exit(0)

@@ -1,0 +1,215 @@
+"""The Session's rules on one rank (training/session/_session.py): what ``report`` records and
+returns, the outcome of each way a loop can end, checkpoints due and saved, the reductions,
+and every misuse named in one line. The agreement between ranks and whole own loops run under
+mpiexec (tests/training/test_own_loop.py); the trainer's use of the session in
+tests/training/test_one_core.py."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+import torch
+from mpi4py import MPI
+
+from training.session._decisions import CONTINUE, PAUSE, STOP
+from training.session._session import Session, describe_device, pick_device
+from training.storage import CheckpointPlan
+
+pytestmark = pytest.mark.unit
+
+
+class _Says:
+    """A reporter that answers each epoch from a table (default continue) and keeps the rows."""
+
+    def __init__(self, **by_epoch: str) -> None:
+        self.by_epoch = {int(k.removeprefix("e")): v for k, v in by_epoch.items()}
+        self.rows: list[Mapping[str, float]] = []
+
+    def decide(self, epoch: int, row: Mapping[str, float]) -> str:
+        self.rows.append(dict(row))
+        return self.by_epoch.get(epoch, CONTINUE)
+
+
+class _Store:
+    """A checkpointer that keeps what it is given (one rank)."""
+
+    def __init__(self, every: int = 0, resume: Any = None) -> None:
+        self.plan = CheckpointPlan(store="/nowhere", every=every)
+        self.saved: list[tuple[dict, dict]] = []
+        self.resume = resume
+
+    def save(self, header: dict, state: dict) -> str:
+        self.saved.append((header, state))
+        return f"artifact-{len(self.saved)}"
+
+    def load(self, artifact: str, identity: dict) -> Any:
+        return self.resume
+
+
+def _session(**kw: Any) -> Session:
+    return Session(comm=MPI.COMM_SELF, **kw)
+
+
+def test_report_records_rows_and_returns_the_reporters_decision() -> None:
+    says = _Says(e2=STOP)
+    s = _session(reporter=says, objectives=["val_accuracy"])
+    assert s.report(1, {"val_accuracy": 0.5, "val_loss": 2}) == CONTINUE
+    assert s.report(2, {"val_accuracy": 0.6}) == STOP
+    assert s.reports == 2 and s.last_epoch == 2 and s.start_epoch == 1
+    assert [r["epoch"] for r in s.history] == [1, 2] and s.history[0]["val_loss"] == 2.0
+    assert "train_time_s" in says.rows[0] and says.rows[0]["train_time_s"] >= 0.0
+    assert s.outcome() == ("pruned", "pruned after epoch 2")
+
+
+def test_a_report_without_the_study_metric_or_with_a_non_number_is_one_line() -> None:
+    s = _session(objectives=["val_accuracy"])
+    with pytest.raises(ValueError, match=r"^report\(epoch=1\) has no 'val_accuracy', the "
+                       r"study's metric \(reported: \['loss'\]\)$"):
+        s.report(1, {"loss": 1.0})
+    s = _session(objectives=["val_accuracy"])
+    with pytest.raises(ValueError, match=r"reported: nothing\)$"):
+        s.report(1, {})
+    s = _session()
+    with pytest.raises(TypeError, match=r"^report\(epoch=1\): metric 'acc' is 'high', not a "
+                       "number$"):
+        s.report(1, {"acc": "high"})
+    with pytest.raises(TypeError, match=r"metrics must be a dict of numbers, got list"):
+        _session().report(1, [0.5])  # type: ignore[arg-type]
+    for bad in (True, 1.5, "2"):
+        with pytest.raises(TypeError, match="report: epoch must be an int"):
+            _session().report(bad, {"a": 1.0})  # type: ignore[arg-type]
+
+
+def test_a_pause_without_a_checkpoint_store_is_a_stop() -> None:
+    s = _session(reporter=_Says(e1=PAUSE))
+    assert s.report(1, {"a": 1.0}) == STOP and s.decision == STOP
+    assert s.checkpoint_due() is False
+
+
+def test_a_paused_trial_that_saved_is_paused_and_one_that_did_not_is_pruned() -> None:
+    store = _Store()
+    s = _session(reporter=_Says(e3=PAUSE), checkpointer=store)
+    s.report(3, {"a": 1.0})
+    assert s.decision == PAUSE and s.checkpoint_due() is True
+    assert s.outcome() == ("pruned", "pruned after epoch 3: the pruner paused it but train() "
+                                      "returned without session.save_checkpoint")
+    s.save_checkpoint({"w": torch.zeros(2)})
+    assert s.outcome() == ("paused", "paused after epoch 3")
+    header, state = store.saved[0]
+    assert header["epoch"] == 3 and header["ranks"] == 1 and "reshard" not in header
+    assert header["history"] == s.history and header["train_time_s"] >= 0.0
+    assert s.checkpoint == {"id": "artifact-1", "epoch": 3} and s.saved_after == 1
+
+
+def test_checkpoints_are_due_every_n_epochs_after_a_report_only() -> None:
+    s = _session(checkpointer=_Store(every=2))
+    assert s.checkpoint_due() is False  # nothing reported yet
+    s.report(1, {"a": 1.0})
+    assert s.checkpoint_due() is False
+    s.report(2, {"a": 1.0})
+    assert s.checkpoint_due() is True
+
+
+def test_the_outcome_of_each_ending() -> None:
+    assert _session().outcome() == (
+        "failed", "train() returned without calling session.report: no values")
+    s = _session(objectives=["val_loss"])
+    s.report(1, {"val_loss": 1.0})
+    s.report(2, {"val_loss": 0.5})
+    assert s.outcome() == ("complete", "completed: 2 report(s), last epoch 2")
+    bad = _session(objectives=["val_loss", "val_accuracy"])
+    bad.report(4, {"val_loss": math.nan, "val_accuracy": math.inf})
+    assert bad.outcome() == ("failed", "diverged: val_accuracy, val_loss not finite at epoch 4")
+    other = _session(objectives=["val_loss"])
+    other.report(1, {"val_loss": 1.0, "extra": math.nan})  # only the study's metrics count
+    assert other.outcome()[0] == "complete"
+
+
+def test_save_checkpoint_needs_a_store_and_a_dict() -> None:
+    with pytest.raises(RuntimeError, match="^save_checkpoint: this trial has no checkpoint "
+                       "store"):
+        _session().save_checkpoint({})
+    s = _session(checkpointer=_Store())
+    with pytest.raises(TypeError, match="state must be a dict, got list"):
+        s.save_checkpoint([])  # type: ignore[arg-type]
+
+
+def test_a_resharded_checkpoint_names_the_one_algorithm() -> None:
+    store = _Store()
+    s = _session(checkpointer=store, identity={"algorithm": "asgd", "lr": 0.1})
+    s.report(1, {"a": 1.0})
+    s.save_checkpoint({"w": torch.zeros(1)}, reshard=True)
+    assert store.saved[0][0]["reshard"] is True and store.saved[0][0]["algorithm"] == "asgd"
+    assert store.saved[0][0]["config"] == {"algorithm": "asgd", "lr": 0.1}
+    own = _session(checkpointer=_Store())
+    own.report(1, {"a": 1.0})
+    with pytest.raises(ValueError, match=r"needs exactly one algorithm: wrap the optimizer "
+                       r"first \(wrapped: none\)"):
+        own.save_checkpoint({}, reshard=True)
+    model = torch.nn.Linear(2, 1)
+    own.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1), algorithm="sync")
+    own.save_checkpoint({}, reshard=True)
+
+
+def test_a_resumed_session_continues_after_the_checkpoints_epoch() -> None:
+    header = {"epoch": 4, "history": [{"epoch": 4, "a": 1.0}], "train_time_s": 12.5}
+    store = _Store(resume=(header, {"w": 1, "detol_pruned": {"widths": [1]}}))
+    s = _session(checkpointer=store, resume_from="artifact-9")
+    assert s.start_epoch == 5 and s.last_epoch == 4 and s.history == header["history"]
+    assert s.load_checkpoint() == {"w": 1}  # what the loop saved, not our pruning record
+    assert s.train_time_s() >= 12.5
+    with pytest.raises(ValueError, match=r"^report\(epoch=4\): this trial resumed from the "
+                       "checkpoint of epoch 4"):
+        s.report(4, {"a": 1.0})
+    s.report(5, {"a": 2.0})
+    assert [r["epoch"] for r in s.history] == [4, 5] and s.start_epoch == 5
+    with pytest.raises(ValueError, match="resume_from is set but the trial has no checkpoint"):
+        _session(resume_from="x")
+    assert _session().load_checkpoint() is None
+
+
+def test_reduce_sums_then_divides_and_names_a_bad_pair() -> None:
+    s = _session()
+    assert s.reduce({"acc": (3, 4), "none": (5.0, 0)}) == {"acc": 0.75, "none": 5.0}
+    assert s.mean({"loss": 2.0}, weight=3) == {"loss": 2.0}
+    with pytest.raises(TypeError, match=r"reduce: 'acc' must be a \(sum, count\) pair"):
+        s.reduce({"acc": 0.5})  # type: ignore[dict-item]
+
+
+def test_the_clock_counts_from_start_clock() -> None:
+    s = _session()
+    s._started -= 100.0  # noqa: SLF001 - as if set-up took 100 s
+    assert s.train_time_s() >= 100.0
+    s.start_clock()
+    assert s.train_time_s() < 50.0
+
+
+def test_the_agreement_timeout_must_be_positive() -> None:
+    for bad in (0, -1.0):
+        with pytest.raises(ValueError, match="agree_timeout_s must be > 0"):
+            _session(agree_timeout_s=bad)
+
+
+def test_a_session_after_a_disagreement_refuses_every_control_call() -> None:
+    s = _session()
+    s._broken = "ranks disagree"  # noqa: SLF001 - what a failed agreement leaves
+    with pytest.raises(Exception, match="ranks disagree"):
+        s.report(1, {"a": 1.0})
+
+
+def test_finish_ends_every_wrapped_algorithm() -> None:
+    s = _session()
+    model = torch.nn.Linear(2, 1)
+    _, opt = s.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1), algorithm="sync")
+    s.report(1, {"a": 1.0})
+    s.finish()
+    assert opt.algorithm.allreduce._buckets[0].persistent is None  # noqa: SLF001 - released
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU here: pick_device chooses it")
+def test_one_rank_on_the_cpu_is_described_as_such() -> None:
+    assert pick_device(MPI.COMM_SELF) == torch.device("cpu")
+    assert describe_device(torch.device("cpu")) == "cpu"

@@ -1,0 +1,187 @@
+"""The rules of structured pruning (training/pruning/_units.py) one at a time, in one process:
+which models it refuses and with what line, how importances are agreed over ranks, how many
+units a step keeps and which, how a checkpoint's widths are restored, and the schedule's
+switches. Whole trials that prune run in tests/training/test_pruning_ranks.py (mpiexec)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from training.pruning._config import PruneConfig
+from training.pruning._units import (
+    PruneError,
+    UnitPruning,
+    agreed,
+    choose,
+    fan_in,
+    groups,
+    keep_count,
+    resize,
+    widths,
+)
+
+pytestmark = pytest.mark.unit
+
+
+class _One:
+    size, rank = 1, 0
+
+
+class _Two:
+    """Rank 0 of two: the other rank's importances are ``other``."""
+
+    size, rank = 2, 0
+
+    def __init__(self, other: np.ndarray) -> None:
+        self.other = other
+
+    def allgather(self, flat: np.ndarray) -> list[np.ndarray]:
+        return [flat, self.other]
+
+
+def _mlp() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3))
+
+
+def test_a_model_that_is_not_sequential_is_refused_naming_its_class() -> None:
+    with pytest.raises(PruneError) as info:
+        UnitPruning(PruneConfig(), nn.Linear(3, 2), _One())
+    assert str(info.value) == (
+        "training.prune: cannot prune a Linear: pruning supports sequential models (the built-in "
+        "MLP and the stack genome family)")
+
+
+def test_a_model_whose_body_is_sequential_is_pruned_like_one() -> None:
+    class Wrapped(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = _mlp()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.body(x)
+
+    wrapped = Wrapped()
+    assert [g.width for g in groups(wrapped)] == [6, 5]
+
+
+def test_grouped_convolutions_are_refused_with_one_line() -> None:
+    model = nn.Sequential(nn.Conv2d(4, 4, 3, groups=2), nn.ReLU(), nn.Conv2d(4, 2, 1))
+    with pytest.raises(PruneError) as info:
+        UnitPruning(PruneConfig(), model, _One())
+    assert str(info.value) == "training.prune: grouped convolutions are not supported"
+
+
+def test_the_classifier_is_never_a_group_and_each_group_feeds_the_next_layer() -> None:
+    model = _mlp()
+    found = groups(model)
+    assert [(g.producer, g.consumer) for g in found] == [(model[0], model[2]),
+                                                         (model[2], model[4])]
+    assert [g.width for g in groups(model, "neurons")] == [6, 5]
+    assert groups(model, "channels") == []
+
+
+def test_importances_are_averaged_over_ranks_group_by_group() -> None:
+    local = [torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0, 5.0])]
+    other = np.array([3.0, 6.0, 1.0, 0.0, 5.0])
+    out = agreed(local, _Two(other))
+    assert [o.tolist() for o in out] == [[2.0, 4.0], [2.0, 2.0, 5.0]]
+    assert agreed([], _Two(np.zeros(0))) == []
+    alone = agreed(local, _One())
+    assert [o.tolist() for o in alone] == [[1.0, 2.0], [3.0, 4.0, 5.0]]
+
+
+def test_fan_in_counts_inputs_and_kernel_cells() -> None:
+    assert fan_in(nn.Linear(7, 3)) == 7
+    assert fan_in(nn.Conv2d(2, 5, 3)) == 2 * 3 * 3
+
+
+def test_a_step_keeps_the_rounded_remainder_of_the_original_width_and_at_least_one() -> None:
+    assert keep_count(10, 10, 0.25) == 8  # round(7.5) = 8 (banker's rounding to even)
+    assert keep_count(6, 10, 0.5) == 5
+    assert keep_count(4, 10, 0.5) == 4  # never grows back
+    assert keep_count(10, 10, 0.99) == 1 and keep_count(1, 1, 0.9) == 1
+
+
+def test_the_most_important_units_are_kept_in_their_order_ties_to_the_lower_index() -> None:
+    assert choose(np.array([0.5, 3.0, 1.0, 3.0, 0.1]), 3).tolist() == [1, 2, 3]
+    assert choose(np.array([1.0, 1.0, 1.0, 1.0]), 2).tolist() == [0, 1]
+    assert choose(np.array([2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
+                            1.0, 1.0, 1.0, 1.0, 1.0, 3.0]), 3).tolist() == [0, 1, 18]
+
+
+def test_resize_takes_the_first_units_and_slices_the_optimizer_state() -> None:
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(3, 4)).sum().backward()
+    opt.step()
+    before = model[0].weight.detach().clone()
+    momentum = opt.state[model[0].weight]["momentum_buffer"].clone()
+    resize(model, [4, 5], opt)
+    assert widths(model) == [4, 5]
+    assert torch.equal(model[0].weight.detach(), before[:4])
+    assert model[0].weight.requires_grad
+    assert torch.equal(opt.state[model[0].weight]["momentum_buffer"], momentum[:4])
+    assert model[0].weight in opt.param_groups[0]["params"]
+    resize(model, [4, 5], opt)  # already that wide: nothing changes
+    assert widths(model) == [4, 5]
+
+
+def test_widths_that_do_not_fit_the_model_are_refused_naming_both() -> None:
+    for sizes in ([7, 5], [6], [6, 5, 1]):
+        with pytest.raises(PruneError) as info:
+            resize(_mlp(), sizes)
+        assert str(info.value) == (f"training.prune: the checkpoint's widths {sizes} do not fit "
+                                   "this model (widths [6, 5])")
+    same = _mlp()
+    resize(same, [6, 5])
+    assert widths(same) == [6, 5]
+
+
+def test_the_penalty_applies_up_to_end_epoch_and_only_with_a_sparsity() -> None:
+    p = UnitPruning(PruneConfig(sparsity=1e-4, end_epoch=3), _mlp(), _One())
+    assert p.active is False and p.collecting is False  # before the first epoch
+    p.start_epoch(3)
+    assert p.active is True
+    p.start_epoch(4)
+    assert p.active is False
+    dense = UnitPruning(PruneConfig(sparsity=0.0, end_epoch=3), _mlp(), _One())
+    dense.start_epoch(1)
+    assert dense.active is False
+
+
+def test_taylor_collects_until_its_last_step() -> None:
+    p = UnitPruning(PruneConfig(criterion="taylor", start_epoch=2, end_epoch=3, steps=2), _mlp(),
+                    _One())
+    assert [t.dtype for t in p.taylor] == [torch.float64, torch.float64]
+    assert [t.shape[0] for t in p.taylor] == [6, 5]
+    p.start_epoch(2)
+    assert p.collecting is True
+    p.start_epoch(3)
+    assert p.collecting is False
+
+
+def test_a_step_is_due_only_at_a_scheduled_epoch() -> None:
+    p = UnitPruning(PruneConfig(start_epoch=2, end_epoch=4, steps=2), _mlp(), _One())
+    assert [e for e in range(1, 7) if p.due(e)] == [2, 4]
+
+
+def test_an_epoch_without_a_step_prunes_nothing() -> None:
+    model = _mlp()
+    p = UnitPruning(PruneConfig(start_epoch=2, end_epoch=2, steps=1, target=0.5), model, _One())
+    assert p.prune(model, None, 1) is False and widths(model) == [6, 5]
+    assert p.prune(model, None, 2) is True and widths(model) == [3, 2]
+
+
+def test_the_input_layer_is_kept_whole_when_asked() -> None:
+    model = _mlp()
+    p = UnitPruning(PruneConfig(input_layer=False, start_epoch=2, end_epoch=2, steps=1), model,
+                    _One())
+    assert [g.producer for g in p.groups(model)] == [model[2]]
+    neurons_only: Any = UnitPruning(PruneConfig(units="channels"), model, _One())
+    assert neurons_only.groups(model) == []

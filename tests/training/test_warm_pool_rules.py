@@ -1,0 +1,156 @@
+"""The warm pool's host side (training/launch/_warm_pool.py) against a stand-in job
+(tests/mpi_jobs/_fake_pool.py: rank 0's socket protocol, no MPI): a pool serves trial after
+trial, is checked back in and out by its key, least recently used first, and every way a job
+can end mid-trial is one failed result with the reason, the pool killed and its files gone. The
+real pool (mpiexec, torch) runs in tests/training/test_pool.py."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import training.launch._warm_pool as wp
+from training._spec import TrialSpec
+
+FAKE = str(Path(__file__).resolve().parents[1] / "mpi_jobs" / "_fake_pool.py")
+
+
+def _spec(do: str, **kw: Any) -> TrialSpec:
+    return TrialSpec(config={"ranks": 1}, launcher=[sys.executable, FAKE], warm=True,
+                     own_loop={"function": "x:y", "params": {"do": do}}, **kw)
+
+
+@pytest.fixture(autouse=True)
+def _no_pools_left() -> Any:
+    wp.shutdown_pools()
+    yield
+    wp.shutdown_pools()
+    assert wp.idle_pools() == []
+
+
+def _run(do: str, **kw: Any) -> dict[str, Any]:
+    spec = _spec(do, **kw)
+    return wp.run_warm_trial(spec, spec.config)
+
+
+def test_one_pool_serves_trial_after_trial_and_waits_idle_between() -> None:
+    first = _run("complete")
+    assert first["state"] == "complete" and first["n"] == 1
+    assert first["pool"]["fresh"] is True and first["pool"]["trial"] == 1
+    (pool,) = wp.idle_pools()
+    second = _run("complete")
+    assert second["n"] == 2 and second["pool"] == {"pid": pool.pid, "trial": 2, "fresh": False}
+    assert wp.idle_pools() == [pool] and pool.alive
+    assert second["command"].endswith("-m training.jobs.warm_worker SOCKET PID")
+    assert second["wall_time_s"] >= 0 and second["rank_seconds"] == second["wall_time_s"]
+    assert "retire" not in second
+
+
+def test_a_pool_that_asks_to_retire_is_killed_after_its_reply() -> None:
+    result = _run("retire")
+    assert result["state"] == "complete" and wp.idle_pools() == []
+    assert _run("complete")["pool"]["fresh"] is True
+
+
+def test_a_rank_that_dies_fails_the_trial_with_its_own_error_and_the_log() -> None:
+    result = _run("die")
+    assert result["state"] == "failed"
+    assert result["exit_reason"] == "RuntimeError: rank 1 broke"
+    assert "trial 1 does die" in result["log"]
+    assert wp.idle_pools() == []  # a dead pool is never checked in
+    assert _run("complete")["pool"]["fresh"] is True
+
+
+def test_a_job_that_exits_without_a_word_fails_with_its_exit_code() -> None:
+    result = _run("exit")
+    assert result["state"] == "failed" and "5" in result["exit_reason"]
+    assert wp.idle_pools() == []
+
+
+def test_a_trial_past_its_timeout_is_failed_and_the_pool_killed() -> None:
+    result = _run("hang", timeout_s=1.0)
+    assert result["state"] == "failed"
+    assert result["exit_reason"] == "trial timeout: still running after 1 s, MPI job killed"
+    assert wp.idle_pools() == []
+
+
+def test_a_cancelled_trial_is_failed_and_the_pool_killed() -> None:
+    spec = _spec("hang")
+    calls = []
+
+    def stop() -> bool:
+        calls.append(1)
+        return len(calls) > 2
+
+    result = wp.run_warm_trial(spec, spec.config, should_stop=stop)
+    assert result["exit_reason"] == "cancelled: the trial was stopped from outside, MPI job killed"
+    assert wp.idle_pools() == []
+
+
+def test_a_pool_that_never_connects_is_started_again_then_fails_naming_the_attempts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FAKE_POOL_NEVER_CONNECTS", "1")
+    monkeypatch.setattr(wp, "LAUNCH_RETRY_WAIT_S", 0.0)
+    result = _run("complete")
+    assert result["state"] == "failed"
+    assert result["exit_reason"].startswith(
+        f"MPI job failed to start: the warm pool ended before all 1 ranks got through "
+        f"MPI_Init, {wp.LAUNCH_ATTEMPTS} times\n")
+    assert len(result["launch_failures"]) == wp.LAUNCH_ATTEMPTS
+    assert all("failed before MPI_Init" in f for f in result["launch_failures"])
+
+
+def test_a_launcher_that_is_not_there_is_one_line() -> None:
+    spec = TrialSpec(config={"ranks": 1}, launcher=["/nonexistent/mpiexec"], warm=True)
+    result = wp.run_warm_trial(spec, spec.config)
+    assert result["state"] == "failed" and "/nonexistent/mpiexec" in result["exit_reason"]
+    assert result["wall_time_s"] == 0.0
+
+
+class _Pool:
+    def __init__(self, alive: bool = True) -> None:
+        self.alive = alive
+        self.closed = self.killed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+    def kill(self) -> None:
+        self.killed = True
+
+
+def test_idle_pools_are_kept_by_key_and_the_least_recently_used_closes_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(wp, "MAX_IDLE_POOLS", 2)
+    a, b, c = _Pool(), _Pool(), _Pool()
+    key1: Any = (("l1",), ())
+    key2: Any = (("l2",), ())
+    wp._check_in(key1, a)  # type: ignore[arg-type]  # noqa: SLF001
+    wp._check_in(key2, b)  # type: ignore[arg-type]  # noqa: SLF001
+    assert wp.idle_pools() == [a, b]
+    wp._check_in(key1, c)  # type: ignore[arg-type]  # noqa: SLF001
+    assert a.closed and not b.closed and wp.idle_pools() == [b, c]
+    assert wp._check_out(key1) is c  # noqa: SLF001
+    assert wp._check_out(key1) is None and wp.idle_pools() == [b]  # noqa: SLF001
+    b.alive = False
+    assert wp._check_out(key2) is None and b.killed and wp.idle_pools() == []  # noqa: SLF001
+
+
+def test_the_newest_idle_pool_of_a_key_is_checked_out_first() -> None:
+    old, new = _Pool(), _Pool()
+    key: Any = (("l",), ())
+    wp._check_in(key, old)  # type: ignore[arg-type]  # noqa: SLF001
+    wp._check_in(key, new)  # type: ignore[arg-type]  # noqa: SLF001
+    assert wp._check_out(key) is new and wp.idle_pools() == [old]  # noqa: SLF001
+    wp.shutdown_pools()
+    assert old.closed and wp.idle_pools() == []
+
+
+def test_a_pool_needs_a_launcher() -> None:
+    with pytest.raises(ValueError, match="launcher must be a non-empty argv list"):
+        wp.WarmPool(launcher=[], env={})
