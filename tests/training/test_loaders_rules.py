@@ -196,3 +196,82 @@ def test_each_dataset_gets_its_loader(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_train_data_knows_whether_it_is_held_in_memory() -> None:
     info = from_arrays(_arrays(), "classification").info
     assert TrainData(info, _Folder(1), _Folder(1), None).in_memory is False
+
+
+def test_in_memory_batches_follow_the_data_to_its_device() -> None:
+    meta = torch.device("meta")
+    data = InMemory(np.arange(8.0).reshape(4, 2), np.arange(4)).to(meta)
+    assert data.x.device == meta and data.y.device == meta
+    xs, ys = data.__getitems__([3, 1])
+    assert xs.shape == (2, 2) and ys.shape == (2,) and xs.device == meta
+
+
+def test_two_dimensional_targets_count_as_their_columns() -> None:
+    data = from_arrays(_arrays(y=np.zeros((10, 2))), "regression")
+    assert data.info.n_targets == 2
+
+
+def test_the_splits_stay_apart() -> None:
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(12, 5)).astype(np.float32)
+    y = np.arange(12) % 3
+    ds = Dataset(x_train=x[:6], y_train=y[:6], x_val=x[6:9], y_val=y[6:9], x_test=x[9:],
+                 y_test=y[9:], n_classes=3)
+    data = from_arrays(ds, "classification")
+    assert (len(data.train), len(data.val), len(data.test)) == (6, 3, 3)
+    assert torch.equal(data.val.x, torch.as_tensor(x[6:9]))
+    assert torch.equal(data.test.x, torch.as_tensor(x[9:]))
+    assert data.info.input_shape == (5,)
+    folder = TorchDatasets(_Folder(5), _Folder(2), _Folder(3), n_classes=2)
+    lazy = loaders._from_torch(folder, "classification")  # noqa: SLF001
+    assert lazy.val is folder.val and lazy.test is folder.test
+
+
+def test_the_study_task_and_validation_share_reach_the_data(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    (tmp_path / "task_sets.py").write_text(
+        "import numpy as np\n"
+        "from training import Dataset, TorchDatasets\n"
+        "SEEN = []\n"
+        "def arrays(f):\n"
+        "    SEEN.append(f)\n"
+        "    x = np.zeros((4, 3), np.float32); y = np.linspace(0, 1, 4)\n"
+        "    return Dataset(x, y, x, y, x[:0], y[:0], 0)\n"
+        "def lazy(f):\n"
+        "    return TorchDatasets([(np.zeros(3, np.float32), np.zeros(2, np.float32))],"
+        " [(np.zeros(3, np.float32), np.zeros(2, np.float32))])\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    got = load_train_data(TrainConfig(dataset="task_sets:arrays", task="regression",
+                                      val_fraction=0.3))
+    import task_sets  # type: ignore[import-not-found]
+
+    assert task_sets.SEEN == [0.3] and got.info.task == "regression"
+    assert got.train.y.dtype == torch.float32 and got.info.n_targets == 1
+    lazy = load_train_data(TrainConfig(dataset="task_sets:lazy", task="regression"))
+    assert lazy.info.task == "regression" and lazy.info.n_targets == 2
+    digits = load_train_data(TrainConfig(dataset="digits", task="regression"))
+    assert digits.info.task == "regression" and digits.train.y.dtype == torch.float32
+    with pytest.raises(PluginError) as info:
+        load_train_data(TrainConfig(dataset="task_sets:nothing"))
+    assert str(info.value) == ("training.dataset: module 'task_sets' has no function "
+                               "'nothing'")
+
+
+def test_claims_read_the_first_epochs_order_until_told_another() -> None:
+    s = ClaimedBatches(6, batch_size=4, seed=2, claims=_Claims(2, [0]))  # type: ignore[arg-type]
+    order = np.random.default_rng([2, 1]).permutation(6)
+    assert list(s) == [order[0:2].tolist()]
+
+
+def test_an_in_memory_loader_reads_its_own_set_by_the_sampler() -> None:
+    memory = InMemory(np.arange(8.0).reshape(4, 2), np.arange(4))
+    loader = make_loader(memory, Shard(4, batch_size=2, rank=1, size=2), workers=0, device=CPU)
+    assert [ys.tolist() for _, ys in loader] == [[1, 3]]
+
+
+def test_one_loader_worker_is_kept_for_the_whole_trial() -> None:
+    pooled = make_loader(_Folder(4), Shard(4, batch_size=2, rank=0, size=1), workers=1,
+                         device=CPU)
+    assert pooled.num_workers == 1 and pooled.persistent_workers is True
+    assert pooled.multiprocessing_context.get_start_method() == "forkserver"

@@ -127,7 +127,7 @@ def test_resize_takes_the_first_units_and_slices_the_optimizer_state() -> None:
     assert torch.equal(model[0].weight.detach(), before[:4])
     assert model[0].weight.requires_grad
     assert torch.equal(opt.state[model[0].weight]["momentum_buffer"], momentum[:4])
-    assert model[0].weight in opt.param_groups[0]["params"]
+    assert any(q is model[0].weight for q in opt.param_groups[0]["params"])
     resize(model, [4, 5], opt)  # already that wide: nothing changes
     assert widths(model) == [4, 5]
 
@@ -185,3 +185,81 @@ def test_the_input_layer_is_kept_whole_when_asked() -> None:
     assert [g.producer for g in p.groups(model)] == [model[2]]
     neurons_only: Any = UnitPruning(PruneConfig(units="channels"), model, _One())
     assert neurons_only.groups(model) == []
+
+
+def test_an_unsupported_layer_is_refused_naming_it() -> None:
+    model = nn.Sequential(nn.Linear(3, 4), nn.LSTM(4, 4))
+    with pytest.raises(PruneError) as info:
+        UnitPruning(PruneConfig(), model, _One())
+    assert str(info.value) == (
+        "training.prune: cannot prune a model with a LSTM layer: pruning supports sequential "
+        "models (the built-in MLP and the stack genome family)")
+
+
+def test_bn_l1_without_a_batch_norm_names_the_layer() -> None:
+    with pytest.raises(PruneError) as info:
+        UnitPruning(PruneConfig(criterion="bn_l1"), _mlp(), _One())
+    assert str(info.value) == (
+        "training.prune.criterion: 'bn_l1' needs a batch norm with a scale after every pruned "
+        "layer; this Linear has none (use 'l1')")
+
+
+def test_importances_of_three_groups_are_each_their_own_slice() -> None:
+    local = [torch.tensor([1.0]), torch.tensor([2.0, 3.0]), torch.tensor([4.0, 5.0, 6.0])]
+    out = agreed(local, _One())
+    assert [o.tolist() for o in out] == [[1.0], [2.0, 3.0], [4.0, 5.0, 6.0]]
+
+
+def test_fan_in_of_a_layer_with_one_output() -> None:
+    assert fan_in(nn.Linear(7, 1)) == 7
+
+
+def test_a_model_without_a_layer_to_prune_has_no_groups() -> None:
+    model = nn.Sequential(nn.Flatten(), nn.ReLU())
+    assert UnitPruning(PruneConfig(), model, _One()).groups(model) == []
+
+
+def test_each_step_keeps_a_share_of_the_original_width_not_of_the_last() -> None:
+    model = _mlp()
+    p = UnitPruning(PruneConfig(target=0.5, start_epoch=2, end_epoch=3, steps=2), model, _One())
+    assert p.events == {2: 0.25, 3: 0.5}
+    assert p.prune(model, None, 2) and widths(model) == [4, 4]  # round(6 x 0.75), round(5 x .75)
+    assert p.prune(model, None, 3) and widths(model) == [3, 2]  # round(6 x 0.5), round(5 x 0.5)
+    assert [len(k) for k in p.kept[1]] == [3, 2]
+    assert [t.dtype for t in p.taylor] == [torch.float64, torch.float64]
+    assert [t.shape[0] for t in p.taylor] == [3, 2]  # taylor's sums start again, new widths
+
+
+def test_resize_to_the_same_widths_replaces_nothing_and_needs_no_optimizer_state() -> None:
+    model = _mlp()
+    opt = torch.optim.Adam(model.parameters())  # no step yet: no state for any parameter
+    weight = model[0].weight
+    resize(model, [6, 5], opt)
+    assert model[0].weight is weight
+    resize(model, [2, 5], opt)
+    assert widths(model) == [2, 5]
+    assert any(q is model[0].weight for q in opt.param_groups[0]["params"])
+
+
+def test_a_frozen_parameter_stays_frozen_when_its_units_are_removed() -> None:
+    model = _mlp()
+    model[0].bias.requires_grad_(False)
+    resize(model, [3, 5])
+    assert model[0].bias.requires_grad is False and model[0].weight.requires_grad is True
+
+
+def test_renewing_a_parameter_copies_it_and_moves_its_optimizer_state() -> None:
+    from training.pruning._rebuild import renew_parameters
+
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(3, 4)).sum().backward()
+    opt.step()
+    old = model[2].weight
+    momentum = opt.state[old]["momentum_buffer"].clone()
+    renew_parameters(model, opt)
+    assert model[2].weight is not old and torch.equal(model[2].weight, old)
+    assert torch.equal(opt.state[model[2].weight]["momentum_buffer"], momentum)
+    assert old not in opt.state
+    assert any(q is model[2].weight for q in opt.param_groups[0]["params"])
+    assert not any(q is old for q in opt.param_groups[0]["params"])
