@@ -4,7 +4,10 @@ it plays rank 0 of training.jobs.warm_worker on the pool's socket without MPI or
 trial message's ``spec.own_loop["params"]["do"]`` says what it does: ``complete`` (replies
 ``{"state": "complete", "n": trials so far}``), ``retire`` (replies and asks to be retired),
 ``die`` (writes a rank's error file into the trial's error_dir, then exits 3), ``exit`` (exits 5,
-nothing written), ``hang`` (never replies), ``close`` (closes the socket, exits 0)."""
+nothing written), ``hang`` (never replies), ``close`` (closes the socket, exits 0), ``linger``
+(closes the socket and goes on running), ``split`` (replies in two pieces, 0.2 s apart). A reply
+says which environment variable ``FAKE_POOL_TAG`` the job got and its parent's pid (argv[-1]);
+``retire`` is in a reply only when it is true, as rank 0 of the real pool writes it."""
 
 import json
 import os
@@ -31,9 +34,17 @@ while True:
         do = message["spec"]["own_loop"]["params"]["do"]
         served += 1
         print(f"fake pool: trial {served} does {do}", flush=True)
-        if do in ("complete", "retire"):
-            reply = {"state": "complete", "n": served, "retire": do == "retire"}
-            conn.sendall(json.dumps(reply).encode() + b"\n")
+        if do in ("complete", "retire", "split"):
+            reply = {"state": "complete", "n": served, "tag": os.environ.get("FAKE_POOL_TAG"),
+                     "parent": int(sys.argv[-1])}
+            if do == "retire":
+                reply["retire"] = True
+            data = json.dumps(reply).encode() + b"\n"
+            if do == "split":
+                conn.sendall(data[:5])
+                time.sleep(0.2)
+                data = data[5:]
+            conn.sendall(data)
         elif do == "die":
             with open(os.path.join(message["error_dir"], "rank1.json"), "w") as f:
                 json.dump({"exit_reason": "RuntimeError: rank 1 broke"}, f)
@@ -45,3 +56,6 @@ while True:
         elif do == "close":
             conn.close()
             sys.exit(0)
+        elif do == "linger":
+            conn.close()
+            time.sleep(600)

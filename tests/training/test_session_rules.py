@@ -213,3 +213,161 @@ def test_finish_ends_every_wrapped_algorithm() -> None:
 def test_one_rank_on_the_cpu_is_described_as_such() -> None:
     assert pick_device(MPI.COMM_SELF) == torch.device("cpu")
     assert describe_device(torch.device("cpu")) == "cpu"
+
+
+class _TwoRanks:
+    """The data communicator of rank ``rank`` of two: an allreduce doubles what it is given (the
+    other rank had the same sums); the session's own calls go to a real one-rank control."""
+
+    def __init__(self, rank: int = 0) -> None:
+        self.rank, self.size = rank, 2
+        self.allreduced: list[tuple[Any, Any, Any]] = []
+        self.dups = 0
+
+    def Allreduce(self, inplace: Any, buf: Any, op: Any) -> None:  # noqa: N802
+        self.allreduced.append((inplace, buf.copy(), op))
+        buf *= 2
+
+    def Dup(self) -> Any:  # noqa: N802
+        self.dups += 1
+        return MPI.COMM_SELF.Dup()
+
+
+def test_reduce_over_two_ranks_sums_sums_and_counts_in_place_in_float64() -> None:
+    comm = _TwoRanks()
+    s = Session(comm=comm)  # type: ignore[arg-type]
+    assert comm.dups == 1 and s.size == 2
+    assert s.reduce({"acc": (3, 4), "loss": (1.0, 2.0)}) == {"acc": 0.75, "loss": 0.5}
+    ((inplace, buf, op),) = comm.allreduced
+    assert inplace is MPI.IN_PLACE and op is MPI.SUM
+    assert buf.dtype.name == "float64" and buf.tolist() == [3.0, 4.0, 1.0, 2.0]
+    assert s.mean({"x": 4.0}) == {"x": 4.0}  # weight 1 on each rank
+    assert comm.allreduced[-1][1].tolist() == [4.0, 1.0]
+
+
+def test_a_given_control_communicator_is_used_as_it_is() -> None:
+    comm = _TwoRanks()
+    Session(comm=comm, control=MPI.COMM_SELF.Dup())  # type: ignore[arg-type]
+    assert comm.dups == 0
+
+
+def test_a_new_sessions_state_before_any_call() -> None:
+    params = {"width": 3}
+    s = _session(params=params)
+    params["width"] = 4
+    assert s.params == {"width": 3} and s.epochs == 10 and s.decision == CONTINUE
+    assert (s.reports, s.last_epoch, s.start_epoch) == (0, 0, None)
+    assert s.saved_after is None and s.checkpoint is None and s.resumed_header is None
+    assert s.train_time_s() < 1.0
+    store = _Store()
+    keyed = _session(params=params, checkpointer=store)
+    keyed.report(1, {"a": 1.0})
+    keyed.save_checkpoint({})
+    assert store.saved[0][0]["config"] == {"params": {"width": 4}}  # the default identity
+
+
+def test_rows_time_the_training_from_the_sessions_start() -> None:
+    s = _session()
+    s._started -= 30.0  # noqa: SLF001 - as if it started 30 s ago
+    s.report(1, {"a": 1.0})
+    assert 30.0 <= s.history[0]["train_time_s"] < 60.0
+    timed = _session()
+    timed.report(1, {"a": 1.0, "train_time_s": 7.0})  # a loop's own figure is kept
+    assert timed.history[0]["train_time_s"] == 7.0
+
+
+def test_a_reporter_that_fails_on_rank_0_raises_its_own_error() -> None:
+    class _Broken:
+        def decide(self, epoch: int, row: Mapping[str, float]) -> str:
+            raise KeyError("storage gone")
+
+    s = _session(reporter=_Broken())
+    with pytest.raises(KeyError, match="storage gone"):
+        s.report(1, {"a": 1.0})
+
+
+def test_a_study_metric_that_is_missing_from_the_last_row_is_not_a_divergence() -> None:
+    s = _session(objectives=["val_accuracy"])
+    s.report(1, {"val_accuracy": 0.5})
+    s.history[-1].pop("val_accuracy")  # what an outcome reads: the last row
+    assert s.outcome() == ("complete", "completed: 1 report(s), last epoch 1")
+    s.history.clear()
+    s.reports, s._objectives = 1, ["epoch"]  # noqa: SLF001 - the row's own key is no value
+    assert s.outcome()[0] == "complete"
+
+
+def test_a_disagreement_is_kept_and_refuses_every_later_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import training.session._session as module
+    from training.session._agreement import RankDisagreement
+
+    s = _session()
+
+    def disagree(*_: Any) -> None:
+        raise RankDisagreement("rank 1 returned early")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(module, "agree", disagree)
+        with pytest.raises(RankDisagreement, match="rank 1 returned early"):
+            s.report(1, {"a": 1.0})
+    with pytest.raises(RankDisagreement, match="^rank 1 returned early$"):
+        s.report(2, {"a": 1.0})
+
+
+def test_the_sampler_and_loader_read_this_ranks_share_from_the_next_epoch() -> None:
+    s = _session()
+    s.report(1, {"a": 1.0})
+    sampler = s.sampler(10, 4, seed=5)
+    assert sampler.epoch == 2 and sampler.batch_size == 4 and sampler.n == 10
+    assert sampler.seed == 5 and sampler.shuffle is True
+    assert s.sampler(list(range(6)), 3, shuffle=False).n == 6
+    loader = s.shard(list(range(8)), 4, shuffle=False, seed=1, drop_last=False)
+    assert loader.pin_memory is False
+    assert [b.tolist() for b in loader] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert loader.batch_sampler.epoch == 3  # one pass read epoch 2
+    shuffled = s.shard(list(range(8)), 8, seed=9)
+    assert sorted(next(iter(shuffled)).tolist()) == list(range(8))
+    assert shuffled.batch_sampler.seed == 9 and shuffled.batch_sampler.shuffle is True
+
+
+def _pruned_session(**kw: Any) -> Session:
+    from training.pruning import PruneConfig
+
+    return _session(prune=PruneConfig(target=0.5, start_epoch=2, end_epoch=2, steps=1), **kw)
+
+
+def _mlp() -> torch.nn.Sequential:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.ReLU(), torch.nn.Linear(6, 3))
+
+
+def test_the_first_wrapped_model_is_pruned_on_its_schedule() -> None:
+    s = _pruned_session()
+    model = _mlp()
+    model, opt = s.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1), bucket_kb=1)
+    assert opt.name == "sync" and opt.pruning[1] is model  # type: ignore[index]
+    assert s.prune_units(1) is False and model[0].out_features == 6
+    assert s.prune_units(2) is True and model[0].out_features == 3
+    other = _mlp()
+    _, second = s.wrap(other, torch.optim.SGD(other.parameters(), lr=0.1))
+    assert getattr(second, "pruning", None) is None  # only the first model is pruned
+    assert _session().prune_units(2) is False  # no [training] prune
+
+
+def test_a_pruned_models_checkpoint_keeps_its_widths_and_a_resume_restores_them_first() -> None:
+    store = _Store()
+    s = _pruned_session(checkpointer=store)
+    model = _mlp()
+    model, _ = s.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    s.prune_units(2)
+    s.report(2, {"a": 1.0})
+    s.save_checkpoint({"model": model.state_dict()})
+    header, state = store.saved[0]
+    assert state["detol_pruned"]["widths"] == [3]
+    assert set(state["detol_pruned"]["pruning"]) == {"taylor"}
+    resumed = _pruned_session(checkpointer=_Store(resume=(header, state)), resume_from="a")
+    fresh = _mlp()
+    fresh, _ = resumed.wrap(fresh, torch.optim.SGD(fresh.parameters(), lr=0.1))
+    assert fresh[0].out_features == 3
+    fresh.load_state_dict(resumed.load_checkpoint()["model"])  # the shapes fit

@@ -6,6 +6,7 @@ real pool (mpiexec, torch) runs in tests/training/test_pool.py."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -154,3 +155,43 @@ def test_the_newest_idle_pool_of_a_key_is_checked_out_first() -> None:
 def test_a_pool_needs_a_launcher() -> None:
     with pytest.raises(ValueError, match="launcher must be a non-empty argv list"):
         wp.WarmPool(launcher=[], env={})
+
+
+def test_the_job_gets_the_trials_environment_and_this_process_as_its_parent() -> None:
+    result = _run("complete", env={"FAKE_POOL_TAG": "seen"})
+    assert result["tag"] == "seen" and result["parent"] == os.getpid()
+    assert "retire" not in result
+
+
+def test_a_reply_that_arrives_in_pieces_is_read_whole() -> None:
+    result = _run("split")
+    assert result["state"] == "complete" and result["n"] == 1
+
+
+def test_a_job_that_closes_its_socket_and_lingers_is_killed_after_the_close_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(wp, "_CLOSE_WAIT_S", 0.5)
+    result = _run("linger")
+    assert result["state"] == "failed" and result["exit_reason"].startswith("warm pool broke:")
+    assert wp.idle_pools() == []
+
+
+def test_a_job_that_closes_its_socket_and_exits_fails_the_trial_with_its_output() -> None:
+    result = _run("close")
+    assert result["state"] == "failed" and "trial 1 does close" in result.get("log", "")
+    assert wp.idle_pools() == []
+
+
+def test_a_pool_is_one_process_group_with_its_files_removed_when_killed() -> None:
+    pool = wp.WarmPool(launcher=[sys.executable, FAKE], env=dict(os.environ))
+    assert pool.pid is None and pool.alive is False and pool.trials_served == 0
+    pool.start()
+    try:
+        assert pool.alive and os.getpgid(pool.pid) == pool.pid  # type: ignore[arg-type]
+        folder = pool._dir  # noqa: SLF001
+        assert folder is not None and folder.name.startswith("detol-pool-")
+        assert (folder / "s").is_socket() and pool.env == dict(os.environ)
+    finally:
+        pool.kill()
+    assert not pool.alive and not folder.exists()
