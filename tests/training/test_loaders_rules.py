@@ -186,7 +186,9 @@ def test_each_dataset_gets_its_loader(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(plain, DataLoader) and plain.num_workers == 0
     assert plain.collate_fn is collate and plain.pin_memory is False
     assert [b[0].shape[0] for b in plain] == [2, 2]
-    monkeypatch.delenv("MPI4PY_RC_INITIALIZE", raising=False)
+    # make_loader sets it for the process: the test's own value is put back afterwards, so the
+    # MPI jobs later tests start do initialise MPI.
+    monkeypatch.setenv("MPI4PY_RC_INITIALIZE", "as before")
     pooled = make_loader(lazy, Shard(4, batch_size=2, rank=0, size=1), workers=2, device=CPU)
     assert pooled.num_workers == 2 and pooled.persistent_workers is True  # not started yet
     assert pooled.multiprocessing_context.get_start_method() == "forkserver"
@@ -242,6 +244,7 @@ def test_the_study_task_and_validation_share_reach_the_data(
         "    return TorchDatasets([(np.zeros(3, np.float32), np.zeros(2, np.float32))],"
         " [(np.zeros(3, np.float32), np.zeros(2, np.float32))])\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(loaders, "FORKSERVER_PRELOAD", ["torch"])
     got = load_train_data(TrainConfig(dataset="task_sets:arrays", task="regression",
                                       val_fraction=0.3))
     import task_sets  # type: ignore[import-not-found]
@@ -270,7 +273,8 @@ def test_an_in_memory_loader_reads_its_own_set_by_the_sampler() -> None:
     assert [ys.tolist() for _, ys in loader] == [[1, 3]]
 
 
-def test_one_loader_worker_is_kept_for_the_whole_trial() -> None:
+def test_one_loader_worker_is_kept_for_the_whole_trial(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MPI4PY_RC_INITIALIZE", "as before")  # make_loader sets it (see above)
     pooled = make_loader(_Folder(4), Shard(4, batch_size=2, rank=0, size=1), workers=1,
                          device=CPU)
     assert pooled.num_workers == 1 and pooled.persistent_workers is True
