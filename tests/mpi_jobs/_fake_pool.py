@@ -7,7 +7,8 @@ trial message's ``spec.own_loop["params"]["do"]`` says what it does: ``complete`
 nothing written), ``hang`` (never replies), ``close`` (closes the socket, exits 0), ``linger``
 (closes the socket and goes on running), ``split`` (replies in two pieces, 0.2 s apart). A reply
 says which environment variable ``FAKE_POOL_TAG`` the job got and its parent's pid (argv[-1]);
-``retire`` is in a reply only when it is true, as rank 0 of the real pool writes it."""
+``retire`` is in a reply only when it is true, as rank 0 of the real pool writes it; ``raise``
+replies a failed trial with its traceback, as rank 0 does for an exception in the trial."""
 
 import json
 import os
@@ -36,7 +37,8 @@ while True:
         print(f"fake pool: trial {served} does {do}", flush=True)
         if do in ("complete", "retire", "split"):
             reply = {"state": "complete", "n": served, "tag": os.environ.get("FAKE_POOL_TAG"),
-                     "parent": int(sys.argv[-1])}
+                     "parent": int(sys.argv[-1]), "first_step_time": 1000.5,
+                     "threads": os.environ.get("OMP_NUM_THREADS")}
             if do == "retire":
                 reply["retire"] = True
             data = json.dumps(reply).encode() + b"\n"
@@ -49,6 +51,10 @@ while True:
             with open(os.path.join(message["error_dir"], "rank1.json"), "w") as f:
                 json.dump({"exit_reason": "RuntimeError: rank 1 broke"}, f)
             sys.exit(3)
+        elif do == "raise":  # what rank 0 writes for a trial that raised: the pool lives on
+            reply = {"state": "failed", "exit_reason": "ValueError: bad batch",
+                     "traceback": "Traceback (most recent call last):\nValueError: bad batch"}
+            conn.sendall(json.dumps(reply).encode() + b"\n")
         elif do == "exit":
             sys.exit(5)
         elif do == "hang":

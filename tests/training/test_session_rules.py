@@ -371,3 +371,68 @@ def test_a_pruned_models_checkpoint_keeps_its_widths_and_a_resume_restores_them_
     fresh, _ = resumed.wrap(fresh, torch.optim.SGD(fresh.parameters(), lr=0.1))
     assert fresh[0].out_features == 3
     fresh.load_state_dict(resumed.load_checkpoint()["model"])  # the shapes fit
+
+
+def test_the_messages_of_a_misused_session_in_full() -> None:
+    s = _session(objectives=["a", "b"])
+    with pytest.raises(ValueError, match=r"^report\(epoch=1\) has no 'a', 'b', the study's "
+                       r"metric \(reported: \['c'\]\)$"):
+        s.report(1, {"c": 1.0})
+    with pytest.raises(RuntimeError, match=r"^save_checkpoint: this trial has no checkpoint "
+                       r"store \(run it through `search run`, which gives every own-loop trial "
+                       r"one\)$"):
+        _session().save_checkpoint({})
+    with pytest.raises(ValueError, match="^resume_from is set but the trial has no checkpoint "
+                       "store$"):
+        _session(resume_from="x")
+    header = {"epoch": 2, "history": [], "train_time_s": 0.0}
+    resumed = _session(checkpointer=_Store(resume=(header, {})), resume_from="a")
+    with pytest.raises(ValueError, match=r"^report\(epoch=1\): this trial resumed from the "
+                       r"checkpoint of epoch 2; continue from session.load_checkpoint\(\) and "
+                       r"report the epochs after it$"):
+        resumed.report(1, {"a": 1.0})
+
+
+def test_an_agreement_timeout_under_a_second_is_allowed() -> None:
+    assert _session(agree_timeout_s=0.5).agree_timeout_s == 0.5
+
+
+def test_the_sampler_and_loader_default_to_seed_0_and_pass_loader_options_on() -> None:
+    s = _session()
+    assert s.sampler(8, 4).seed == 0
+    loader = s.shard(list(range(8)), 4, timeout=5)
+    assert loader.batch_sampler.seed == 0 and loader.timeout == 5
+
+
+def test_wrap_passes_the_algorithms_options_on() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64))
+    _, opt = _session().wrap(model, torch.optim.SGD(model.parameters(), lr=0.1), bucket_kb=1)
+    assert len(opt.algorithm.allreduce.bucket_sizes) > 1  # 1 KB buckets, not one of 256 KB
+
+
+def test_pruning_slices_the_optimizer_state_and_renews_the_algorithm() -> None:
+    s = _pruned_session()
+    model = _mlp()
+    model, opt = s.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
+    model(torch.randn(3, 4)).sum().backward()
+    opt.step()
+    before = opt.algorithm
+    assert s.prune_units(2) is True
+    first = model[0].weight
+    assert opt.optimizer.state[first]["momentum_buffer"].shape == first.shape == (3, 4)
+    assert opt.algorithm is not before and sum(opt.algorithm.allreduce.bucket_sizes) == sum(
+        p.numel() for p in model.parameters())
+
+
+def test_a_resumed_pruned_model_gets_its_taylor_sums_back() -> None:
+    from training.pruning import PruneConfig
+
+    config = PruneConfig(criterion="taylor", start_epoch=2, end_epoch=3, steps=2)
+    sums = {"taylor": [torch.full((6,), 2.0, dtype=torch.float64)]}
+    header = {"epoch": 1, "history": [], "train_time_s": 0.0}
+    state = {"detol_pruned": {"widths": [6], "pruning": sums}}
+    s = _session(prune=config, checkpointer=_Store(resume=(header, state)), resume_from="a")
+    model = _mlp()
+    _, opt = s.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    pruning = opt.pruning[0]  # type: ignore[index]
+    assert torch.equal(pruning.taylor[0], sums["taylor"][0])

@@ -195,3 +195,72 @@ def test_a_pool_is_one_process_group_with_its_files_removed_when_killed() -> Non
     finally:
         pool.kill()
     assert not pool.alive and not folder.exists()
+
+
+def test_a_trial_that_raised_fails_with_the_tail_of_its_traceback_and_the_pool_serves_on() -> None:
+    result = _run("raise")
+    assert result["state"] == "failed" and "traceback" not in result
+    assert result["exit_reason"] == ("ValueError: bad batch\nTraceback (most recent call last):\n"
+                                     "ValueError: bad batch")
+    assert len(wp.idle_pools()) == 1 and _run("complete")["pool"]["fresh"] is False
+
+
+def test_the_launch_overhead_is_from_the_ask_to_the_first_step() -> None:
+    result = _run("complete", ask_time=1000.0)
+    assert result["launch_overhead_s"] == 0.5
+    assert "launch_overhead_s" not in _run("complete")  # no ask time: not computed
+
+
+def test_wall_and_rank_seconds_are_the_trials_own() -> None:
+    import time
+
+    before = time.time()
+    spec = TrialSpec(config={"ranks": 3, "batch_size": 8}, launcher=[sys.executable, FAKE],
+                     warm=True, own_loop={"function": "x:y", "params": {"do": "complete"}})
+    result = wp.run_warm_trial(spec, spec.config)
+    assert 0.0 < result["wall_time_s"] <= time.time() - before
+    assert result["rank_seconds"] == pytest.approx(3 * result["wall_time_s"])
+
+
+def test_pools_are_kept_apart_by_their_environment_and_threads() -> None:
+    first = _run("complete", env={"FAKE_POOL_TAG": "a"})
+    again = _run("complete", env={"FAKE_POOL_TAG": "a"})
+    other = _run("complete", env={"FAKE_POOL_TAG": "b"})
+    assert again["pool"]["pid"] == first["pool"]["pid"] and other["pool"]["fresh"] is True
+    assert first["threads"] == "1"  # threads_per_rank reaches the job (job_env)
+    spec = TrialSpec(config={"ranks": 1, "threads_per_rank": 2}, launcher=[sys.executable, FAKE],
+                     warm=True, own_loop={"function": "x:y", "params": {"do": "complete"}})
+    wider = wp.run_warm_trial(spec, spec.config)
+    assert wider["pool"]["fresh"] is True and wider["threads"] == "2"
+    assert len(wp.idle_pools()) == 3
+
+
+def test_the_start_failures_are_listed_with_each_ones_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FAKE_POOL_NEVER_CONNECTS", "1")
+    monkeypatch.setattr(wp, "LAUNCH_RETRY_WAIT_S", 0.0)
+    result = _run("complete")
+    assert result["launch_failures"] == [
+        "MPI job exited with code 4: fake pool: failed before MPI_Init"] * wp.LAUNCH_ATTEMPTS
+    assert result["exit_reason"].splitlines()[1:] == ["MPI job exited with code 4",
+                                                      "fake pool: failed before MPI_Init"]
+
+
+def test_close_asks_the_ranks_to_leave_and_removes_the_pools_files() -> None:
+    assert _run("complete")["state"] == "complete"
+    (pool,) = wp.idle_pools()
+    folder = pool._dir  # noqa: SLF001
+    pool.close(timeout=5.0)
+    assert not pool.alive and pool.proc.returncode == 0  # type: ignore[union-attr]
+    assert folder is not None and not folder.exists()
+    never = wp.WarmPool(launcher=[sys.executable, FAKE], env={})
+    never.close()  # never started: nothing to do
+
+
+def test_a_pool_that_closes_and_is_killed_leaves_nothing_open() -> None:
+    pool = wp.WarmPool(launcher=[sys.executable, FAKE], env=dict(os.environ))
+    pool.start()
+    pool.kill()
+    assert pool._conn is None and pool._listener is None and pool._dir is None  # noqa: SLF001
+    pool.kill()  # twice: nothing left to do
