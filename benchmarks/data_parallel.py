@@ -407,7 +407,7 @@ def worker_asgd(spec: dict[str, Any]) -> dict[str, Any]:
 def worker_straggler(spec: dict[str, Any]) -> dict[str, Any]:
     from mpi4py import MPI
 
-    from training._config import TrainConfig
+    from training import TrainConfig
     from training.jobs import Trainer
 
     comm = MPI.COMM_WORLD

@@ -196,7 +196,7 @@ def resize_job(out: Path) -> None:
     from mpi4py import MPI
     from optuna.artifacts import FileSystemArtifactStore
 
-    from training._config import TrainConfig
+    from training import TrainConfig
     from training.jobs import Trainer
     from training.session import PAUSE
     from training.state import Checkpointer

@@ -39,8 +39,8 @@ from training.launch import launcher_argv  # noqa: E402
 JOB = """
 import json, sys, time
 from mpi4py import MPI
-from training._config import TrainConfig
-from training.jobs._trainer import Trainer
+from training import TrainConfig
+from training.jobs import Trainer
 config = TrainConfig(**json.loads(sys.argv[1]))
 result = Trainer(config, MPI.COMM_WORLD).train()
 if MPI.COMM_WORLD.rank == 0:

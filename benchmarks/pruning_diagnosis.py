@@ -45,7 +45,7 @@ RUNS = {  # name: (epochs, learning rate, prune table)
 def main(out: str, seeds: list[int], names: list[str]) -> None:
     from mpi4py import MPI
 
-    from training._config import TrainConfig
+    from training import TrainConfig
     from training.jobs import Trainer
 
     for name in names:

@@ -103,7 +103,7 @@ def rank_job(spec_path: str, out: str) -> None:
     """Inside ``mpiexec``: every run of the spec, dense and pruned, on COMM_WORLD."""
     from mpi4py import MPI
 
-    from training._config import TrainConfig
+    from training import TrainConfig
     from training.jobs import Trainer
 
     comm = MPI.COMM_WORLD
