@@ -29,7 +29,7 @@ from optuna.artifacts import FileSystemArtifactStore
 from training._config import TrainConfig
 from training.algorithms._base import flat_parameters
 from training.jobs._trainer import Trainer
-from training.session._reporting import CONTINUE, PAUSE
+from training.session import CONTINUE, PAUSE
 
 
 class Recording(Trainer):

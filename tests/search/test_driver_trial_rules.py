@@ -263,7 +263,7 @@ def test_a_continuation_goes_anywhere_when_the_scheduler_cannot_say_who_is_idle(
 def test_a_multi_objective_continuation_starts_with_its_writers_epoch_vectors(
     tmp_path: Path,
 ) -> None:
-    from training.session._reporting import VECTOR_ATTR
+    from training.session import VECTOR_ATTR
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sf = parse_study(

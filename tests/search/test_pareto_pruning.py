@@ -18,7 +18,7 @@ from search.strategies._registry import pruner_spec
 from search.studyfile._study_file import parse_study
 from tests.cli_helpers import run_search
 from training.contract import VECTOR_ATTR, open_storage
-from training.session._reporting import CONTINUE, STOP, OptunaReporter
+from training.session import CONTINUE, STOP, OptunaReporter
 
 ACC_PARAMS = ["maximize", "minimize"]  # val_accuracy, n_params
 

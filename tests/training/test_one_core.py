@@ -17,7 +17,7 @@ from mpi4py import MPI
 import training.session._session as session_module
 from training.contract import TrainConfig
 from training.jobs._trainer import Trainer
-from training.session._reporting import CONTINUE, PAUSE, Decision
+from training.session import CONTINUE, PAUSE, Decision
 from training.session._session import Session
 from training.state._checkpoint import Checkpointer
 from training.storage._artifacts import CheckpointPlan

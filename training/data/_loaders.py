@@ -83,7 +83,8 @@ class InMemoryLoader:
 
 
 def collate(samples: list[Any]) -> Any:
-    """torch's default collation; an empty local batch (sync: fewer rows than ranks) is None."""
+    """torch's default collation; an empty batch is None (the samplers give none since the
+    one sampling rule: a short last global batch joins the one before it)."""
     return default_collate(samples) if samples else None
 
 

@@ -157,8 +157,8 @@ class Trainer:
         return sum(p.numel() for p in self.model.parameters())
 
     def _step(self, batch: Any, global_batch: int, last_in_epoch: bool) -> float:
-        """One step of this rank on its ``batch`` (None or empty: no rows, sync still steps);
-        returns its summed loss."""
+        """One step of this rank on its ``batch`` (None or empty: no rows, sync still steps; the
+        samplers no longer give such a batch); returns its summed loss."""
         n = 0 if batch is None else len(batch[0])
         self.algorithm.zero_grad()
         divisor = self.algorithm.loss_divisor(

@@ -45,7 +45,7 @@ def step_at(pruning: Any, epoch: int, model: torch.nn.Module,
     """The schedule of ``pruning`` (a :class:`training.pruning._units.UnitPruning`) at the start of
     ``epoch``: when a step is due, this epoch's units removed (collective: waits for all ranks)
     and the algorithm rebuilt on the new parameters, returned; else None. The one path of both
-    doors: the built-in trainer (:func:`prune_step`) and an own loop
+    doors: the built-in trainer (``Trainer._prune_step``) and an own loop
     (``training.Session.prune_units``)."""
     pruning.start_epoch(epoch)
     if pruning.due(epoch) and pruning.prune(model, optimizer, epoch):  # waits for all ranks

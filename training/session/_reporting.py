@@ -11,15 +11,7 @@ from typing import Any
 
 import optuna
 
-from training.session._decisions import (  # noqa: F401 - re-exported with the reporter
-    CONTINUE,
-    PAUSE,
-    STOP,
-    VECTOR_ATTR,
-    Decision,
-    NullReporter,
-    Reporter,
-)
+from training.session._decisions import CONTINUE, PAUSE, STOP, VECTOR_ATTR, Decision
 from training.storage import RETRY_SECONDS, open_storage
 
 
