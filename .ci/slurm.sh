@@ -15,8 +15,6 @@ MARKER='# written by detol .ci/slurm.sh'
 CONF=/etc/slurm/slurm.conf
 CTLD_PID=/run/slurmctld.pid
 SLURMD_PID=/run/slurmd.pid
-MUNGED_PID=/run/munge/munged.pid
-MUNGED_MARK=/run/detol-slurm.munged      # present: this script started munged
 CONF_HASH=/run/detol-slurm.conf.sha256   # slurm.conf's hash when the daemons were started
 LOG_DIR=/var/log/slurm
 CTLD_LOG=$LOG_DIR/slurmctld.log
@@ -30,7 +28,6 @@ LOCK=/run/detol-slurm.lock  # start and stop run one at a time (tests may call s
 
 ME=slurm.sh
 . "$(dirname "${BASH_SOURCE[0]}")/_daemons.sh"
-have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
 
 
 # Stop slurmd before slurmctld, not together: a slurmd finishing a job waits for slurmctld to
@@ -39,6 +36,7 @@ have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
 kill_stepds() {
     local pid
     for pid in $(pgrep -x slurmstepd 2>/dev/null || true); do
+        same_netns "$pid" || continue  # a node of .ci/nodes.sh: not this SLURM's
         kill -KILL "$pid" 2>/dev/null || true
     done
 }
@@ -107,42 +105,6 @@ ensure_packages() {
     apt-get update -qq || die "apt-get update failed"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurmctld slurmd slurm-client munge \
         >/dev/null || die "apt-get install slurmctld slurmd slurm-client munge failed"
-}
-
-munge_works() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
-
-ensure_munge() {
-    local i
-    if [ ! -s /etc/munge/munge.key ]; then
-        mkdir -p /etc/munge
-        if have mungekey; then
-            mungekey --create --keyfile=/etc/munge/munge.key --force >/dev/null 2>&1 ||
-                dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
-        else
-            dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
-        fi
-    fi
-    chown munge:munge /etc/munge /etc/munge/munge.key
-    chmod 0700 /etc/munge
-    chmod 0400 /etc/munge/munge.key
-    mkdir -p /run/munge /var/log/munge /var/lib/munge
-    chown munge:munge /run/munge /var/log/munge /var/lib/munge
-    chmod 0755 /run/munge
-    chmod 0700 /var/log/munge
-    chmod 0711 /var/lib/munge
-    munge_works && return 0
-    if running_pid "$MUNGED_PID" munged >/dev/null; then
-        die "munged is running (pid $(cat "$MUNGED_PID")) but 'munge -n | unmunge' fails"
-    fi
-    rm -f /run/munge/munge.socket.2 /run/munge/munge.socket.2.lock "$MUNGED_PID"
-    runuser -u munge -- /usr/sbin/munged 9>&- ||
-        die "munged failed to start; see /var/log/munge/munged.log"
-    touch "$MUNGED_MARK"
-    for i in $(seq 1 40); do
-        munge_works && return 0
-        sleep 0.25
-    done
-    die "munged started but 'munge -n | unmunge' still fails; see /var/log/munge/munged.log"
 }
 
 ensure_hostname() {
@@ -302,10 +264,7 @@ cmd_stop() {
     kill_stepds
     stop_daemons "$CTLD_PID:slurmctld"
     rm -f "$CONF_HASH"
-    if [ -f "$MUNGED_MARK" ]; then
-        stop_daemons "$MUNGED_PID:munged"
-        rm -f "$MUNGED_MARK"
-    fi
+    stop_munged_if_unused
     say "stopped"
 }
 

@@ -31,11 +31,12 @@ KINDS = ("training", "table", "function", "other")
 # Per kind: the trial columns worth a glance beside the values and parameters (best-trial
 # tables of `search report` and `search best`), in this order, where a trial has them.
 SUMMARY: dict[str, tuple[str, ...]] = {
-    "training": ("genome_summary", "test_accuracy", "epochs", "ranks", "algorithm",
+    "training": ("genome_summary", "test_accuracy", "epochs", "ranks", "hosts", "algorithm",
                  "rank_seconds"),
     "table": ("genome_summary", "n_params", "sim_time_s"),
     "function": ("genome_summary", "steps", "wall_time_s"),
-    "other": ("genome_summary", "test_accuracy", "epochs", "ranks", "algorithm", "rank_seconds"),
+    "other": ("genome_summary", "test_accuracy", "epochs", "ranks", "hosts", "algorithm",
+              "rank_seconds"),
 }
 
 # What a trial's compute is called, per kind (anytime curves, quality-against-cost plots).

@@ -75,6 +75,8 @@ def _training_columns(t: FrozenTrial, training: dict[str, Any]) -> dict[str, Any
         "flops": a.get("flops", np.nan),
         "samples_per_s": a.get("samples_per_s", np.nan),
     }
+    if a.get("hosts"):  # where the ranks ran, in rank order (several: a multi-node trial)
+        row["hosts"] = ",".join(map(str, a["hosts"]))
     for key in ("start_epoch", "detol:paused_at", "detol:resume_of", "detol:lineage",
                 "detol:lineage_epochs", "detol:lineage_rank_seconds",
                 "detol:lineage_wall_time_s"):

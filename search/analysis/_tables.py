@@ -85,6 +85,10 @@ def best_table(study: optuna.Study, n: int = 5) -> Table:
                      for t in trials)]
     for label, _ in extras:
         table.add_column(label, justify="right")
+    # Where the ranks ran, once a trial's span several hosts (a one-node study keeps 80 columns).
+    hosts = any(len(t.user_attrs.get("hosts") or ()) > 1 for t in trials)
+    if hosts:
+        table.add_column("hosts")
     for column in table.columns:
         column.overflow = "fold"
     for t in trials:
@@ -94,6 +98,7 @@ def best_table(study: optuna.Study, n: int = 5) -> Table:
             *[_fmt(t.params.get(p, "")) for p in params],
             *([escape(str(t.user_attrs.get("genome_summary", "")))] if genomes else []),
             *[_cell(key, _lineage_or_own(t, key)) for _, key in extras],
+            *([escape(",".join(t.user_attrs.get("hosts") or ()))] if hosts else []),
         )
     return table
 
@@ -133,4 +138,10 @@ def status_table(study: optuna.Study, storage_label: str) -> Table:
     else:
         epochs = sum(int(t.user_attrs.get("epochs_run", 0)) for t in trials)
         table.add_row("epochs trained", str(epochs))
+        hosts = Counter(h for t in trials for h in t.user_attrs.get("hosts") or ())
+        if hosts:  # where ranks ran: trials per host (a multi-node trial counts on each)
+            spanning = sum(1 for t in trials if len(t.user_attrs.get("hosts") or ()) > 1)
+            across = f"; {spanning} across several" if spanning else ""
+            table.add_row("hosts", ", ".join(f"{h} ({n})" for h, n in sorted(hosts.items()))
+                          + f" trials{across}")
     return table

@@ -41,7 +41,8 @@ RESULT_ATTRS = (
     "checkpoint_s",
     "checkpoint_bytes",
     "sim_time_s",
-    "host",
+    "host",  # the Dask worker's (where the launcher ran)
+    "hosts",  # the distinct hosts of the trial's ranks, in rank order
     "batch_job",
     "dask_worker",  # its address: a continuation is sent back there (its warm pool's memory)
     "restored_from",  # a continuation's state: "memory" (in place on a warm pool) or "store"

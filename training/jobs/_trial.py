@@ -46,6 +46,15 @@ def thread_level() -> str:
     return names.get(MPI.Query_thread(), str(MPI.Query_thread()))
 
 
+def rank_hosts(comm: Any) -> list[str] | None:
+    """The distinct hosts of ``comm``'s ranks, in rank order (rank 0's first), on rank 0; None on
+    the others. Collective: every rank calls it."""
+    import socket
+
+    names = comm.gather(socket.gethostname(), root=0)
+    return None if names is None else list(dict.fromkeys(names))
+
+
 def train_spec(spec: Any, config: Any, comm: Any, data: Any = None,
                memory: Any = None) -> dict[str, Any] | None:
     """Train one trial on ``comm`` (this job, or a warm pool's); rank 0 returns the result.
@@ -55,13 +64,14 @@ def train_spec(spec: Any, config: Any, comm: Any, data: Any = None,
     from training.session import describe_device
 
     check_rank_count(comm, config.ranks, spec.launcher)
+    hosts = rank_hosts(comm)
     if spec.own_loop is not None:  # the user's loop, with a training.Session
         from training.jobs._own_loop import run_own_loop
 
         own = run_own_loop(spec, config, comm, open_session)
         if own is None:
             return None
-        return {**own, "ranks": comm.size, "mpi_thread_level": thread_level(),
+        return {**own, "ranks": comm.size, "hosts": hosts, "mpi_thread_level": thread_level(),
                 "finish_time": time.time()}
     # The study's metric must be in every report, as for an own loop, when reports count.
     reports = spec.report and spec.storage_url and spec.trial_id is not None
@@ -79,6 +89,7 @@ def train_spec(spec: Any, config: Any, comm: Any, data: Any = None,
         torch.save(trainer.state_dict(), spec.weights_path)
     out = asdict(result)
     out["ranks"] = comm.size
+    out["hosts"] = hosts
     if restored:  # how this continuation got its state: "memory" is an in-place resize
         out["restored_from"] = restored
         out["restore_s"] = trainer.checkpointer.restore_seconds  # type: ignore[union-attr]
