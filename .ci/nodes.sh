@@ -10,6 +10,18 @@
 #   bash .ci/nodes.sh status   # sinfo + squeue of this cluster; exit 0 if every node is up
 #   bash .ci/nodes.sh env      # the lines a client needs: export SLURM_CONF=...
 #
+# Faults, for the multi-node tests and benchmarks/node_faults.py (NODE: detol-n1, ...):
+#   crash NODE        SIGKILL every process in the node (slurmd, jobs, ranks): a power cut
+#   freeze NODE       SIGSTOP every process in the node (a stuck kernel or filesystem) ...
+#   thaw NODE         ... and SIGCONT them again
+#   link NODE down|up the node's cable: its veth's host end down or up
+#   cut NODE          one-way partition: the node receives nothing from the login node (an
+#                     nftables rule inside the node; it can still send) ...
+#   uncut NODE        ... and the rule removed
+#   ctld-crash        SIGKILL slurmctld; ctld-start starts it again (state from StateSaveLocation)
+#   heal NODE         every fault of NODE undone, slurmd started if it is not running, the node
+#                     resumed in SLURM and waited for (idle or allocated) within the timeout
+#
 # The addresses (a private /24 that exists only between these namespaces and the bridge; no
 # route leads anywhere else) and names:
 #   login    detol-login  10.213.0.1    (the bridge dtlbr0, this machine's own namespace)
@@ -26,6 +38,9 @@ set -euo pipefail
 N=${DETOL_NODES:-3}
 CPUS=${DETOL_NODES_CPUS:-2}
 TIMEOUT=${DETOL_NODES_TIMEOUT:-60}
+# SLURM marks a node that stops answering DOWN (and kills its jobs everywhere) after this many
+# seconds; Debian's default is 300. Here 10: the bound on noticing a crashed or frozen node.
+SLURMD_TIMEOUT=${DETOL_NODES_SLURMD_TIMEOUT:-10}
 NET=10.213.0
 BRIDGE=dtlbr0
 LOGIN=detol-login
@@ -84,6 +99,7 @@ SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=500
 SlurmdParameters=config_overrides
 ReturnToService=2
+JobRequeue=0
 StateSaveLocation=$SPOOL/ctld
 SlurmdSpoolDir=$SPOOL/%n
 SlurmctldPidFile=$CTLD_PID
@@ -93,7 +109,7 @@ SlurmdLogFile=$LOG_DIR/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
 SlurmctldTimeout=30
-SlurmdTimeout=30
+SlurmdTimeout=$SLURMD_TIMEOUT
 MessageTimeout=10
 InactiveLimit=0
 KillWait=5
@@ -208,14 +224,17 @@ show_logs() {
 
 slurmd_pid() { running_pid "$RUN/slurmd-$1.pid" slurmd; }
 
+start_ctld() {
+    mkdir -p "$SPOOL/ctld" "$LOG_DIR"
+    running_pid "$CTLD_PID" slurmctld >/dev/null && return 0
+    rm -f "$CTLD_PID"
+    SLURM_CONF=$CONF nsenter --uts="$(uts_file "$LOGIN")" -- /usr/sbin/slurmctld -f "$CONF" 9>&- ||
+        { show_logs; die "slurmctld failed to start"; }
+}
+
 start_daemons() {
     local i name
-    mkdir -p "$SPOOL/ctld" "$LOG_DIR"
-    if ! running_pid "$CTLD_PID" slurmctld >/dev/null; then
-        rm -f "$CTLD_PID"
-        SLURM_CONF=$CONF nsenter --uts="$(uts_file "$LOGIN")" -- /usr/sbin/slurmctld -f "$CONF" 9>&- ||
-            { show_logs; die "slurmctld failed to start"; }
-    fi
+    start_ctld
     for i in $(seq 1 "$N"); do
         name=$(node_name "$i")
         mkdir -p "$SPOOL/$name"
@@ -310,10 +329,84 @@ cmd_status() {
     return "$rc"
 }
 
+# --- faults -------------------------------------------------------------------------------------
+
+check_node() {  # name
+    [[ ${1:-} =~ ^detol-n[0-9]+$ ]] || die "expected a node name like detol-n1, got '${1:-}'"
+    [ -e "/run/netns/$1" ] || die "no node $1 (bash .ci/nodes.sh start)"
+}
+
+signal_node() {  # name signal: every process in the node's network namespace
+    local pids
+    pids=$(ip netns pids "$1" | tr '\n' ' ')
+    # shellcheck disable=SC2086  # one argument per pid
+    [ -z "${pids// /}" ] || kill "-$2" $pids 2>/dev/null || true
+    echo "$1: SIG$2 to $(wc -w <<<"$pids") processes"
+}
+
+veth_of() { echo "dtlv${1#detol-n}"; }
+
+cut_node() {
+    ip netns exec "$1" nft -f - <<EOF
+table inet detol_cut
+delete table inet detol_cut
+table inet detol_cut {
+    chain input { type filter hook input priority 0; policy accept; ip saddr $NET.1 drop; }
+}
+EOF
+    echo "$1: receives nothing from $NET.1 ($LOGIN)"
+}
+
+uncut_node() {
+    ip netns exec "$1" nft delete table inet detol_cut 2>/dev/null || true
+    echo "$1: partition removed"
+}
+
+heal_node() {
+    local name=$1 st deadline
+    signal_node "$name" CONT >/dev/null
+    ip link set "$(veth_of "$name")" up
+    uncut_node "$name" >/dev/null
+    start_ctld
+    if ! slurmd_pid "$name" >/dev/null; then
+        rm -f "$RUN/slurmd-$name.pid"
+        SLURM_CONF=$CONF on_node "$name" /usr/sbin/slurmd -f "$CONF" -N "$name" 9>&- ||
+            die "slurmd on $name failed to start"
+    fi
+    deadline=$(awk -v t="$(now)" -v d="$TIMEOUT" 'BEGIN {printf "%.3f", t + d}')
+    while :; do
+        st=$(ctl sinfo -h -n "$name" -o %t 2>/dev/null | head -n 1 || true)
+        case "$st" in
+            idle|mix|alloc) echo "$name: healed ($st)"; return 0 ;;
+            down*|drain*|fail*) ctl scontrol update nodename="$name" state=resume >/dev/null 2>&1 || true ;;
+        esac
+        if awk -v t="$(now)" -v d="$deadline" 'BEGIN {exit !(t > d)}'; then
+            die "$name not back after ${TIMEOUT} s (state: ${st:-none})"
+        fi
+        sleep 0.5
+    done
+}
+
 case "${1:-}" in
     start) cmd_start ;;
     stop) cmd_stop ;;
     status) cmd_status ;;
     env) echo "export SLURM_CONF=$CONF" ;;
-    *) echo "usage: bash .ci/nodes.sh start|stop|status|env" >&2; exit 2 ;;
+    crash) check_node "${2:-}"; signal_node "$2" KILL ;;
+    freeze) check_node "${2:-}"; signal_node "$2" STOP ;;
+    thaw) check_node "${2:-}"; signal_node "$2" CONT ;;
+    link)
+        check_node "${2:-}"
+        [[ ${3:-} =~ ^(up|down)$ ]] || die "usage: link NODE up|down"
+        ip link set "$(veth_of "$2")" "$3"; echo "$2: link $3" ;;
+    cut) check_node "${2:-}"; cut_node "$2" ;;
+    uncut) check_node "${2:-}"; uncut_node "$2" ;;
+    ctld-crash)
+        pid=$(running_pid "$CTLD_PID" slurmctld) || die "slurmctld is not running"
+        kill -KILL "$pid"; echo "slurmctld (pid $pid): SIGKILL" ;;
+    ctld-start) start_ctld; echo "slurmctld: running" ;;
+    heal) check_node "${2:-}"; heal_node "$2" ;;
+    *) echo "usage: bash .ci/nodes.sh start|stop|status|env|crash|freeze|thaw|link|cut|uncut|ctld-crash|ctld-start|heal" >&2
+       exit 2 ;;
 esac
+

@@ -24,7 +24,7 @@ from typing import Any
 
 import optuna
 from distributed import Client, Future
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from search.backends._dask import run_trial_on_worker
 from search.backends._objectives import is_benchmark, run_function_trial
@@ -328,8 +328,27 @@ class Driver:
             return None
         return str(path)
 
+    def _finished_elsewhere(self, trial: optuna.Trial) -> FrozenTrial | None:
+        """The trial as stored, if something else already finished it: another driver's orphan
+        recovery (search.driver._study.recover_orphans) that took this driver for dead while it
+        was frozen or cut off, or a user. Its result is then a late one: never told."""
+        stored = self.study._storage.get_trial(trial._trial_id)  # noqa: SLF001 - one read
+        return stored if stored.state.is_finished() else None
+
+    def _refuse(self, trial: optuna.Trial, stored: FrozenTrial, counts: RunCounts,
+                result: dict[str, Any]) -> None:
+        why = str(stored.user_attrs.get("exit_reason") or "no reason stored").splitlines()[0]
+        counts.refused += 1
+        self.on_event("refused", trial, counts, {
+            **result, "exit_reason": f"result refused: the trial was already {stored.state.name} "
+                                     f"in the storage ({why}); its parameters ran again there"})
+
     def _finish(self, run: Running, result: dict[str, Any], counts: RunCounts) -> None:
         trial = run.trial
+        stored = self._finished_elsewhere(trial)
+        if stored is not None:
+            self._refuse(trial, stored, counts, result)
+            return
         for key in RESULT_ATTRS:
             if result.get(key) is not None:
                 trial.set_user_attr(key, result[key])
@@ -510,6 +529,8 @@ class Driver:
             for future in running:
                 future.cancel()  # the worker kills the trial's MPI job within half a second
             for run in running.values():
+                if self._finished_elsewhere(run.trial) is not None:
+                    continue  # failed and re-queued by another driver already
                 # Not the trial's fault: its parameters run again when the study resumes.
                 reason = requeue(self.study, run.trial, why, self.sf.budget.max_retries)
                 run.trial.set_user_attr("exit_reason", reason)

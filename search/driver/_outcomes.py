@@ -67,6 +67,7 @@ class RunCounts:
     paused: int = 0  # of ``pruned``: paused at a rung (may still be promoted)
     promoted: int = 0  # paused trials resumed by this run
     continuations: int = 0  # of complete + pruned: promoted continuations (same configuration)
+    refused: int = 0  # results that came for trials already finished elsewhere (not told)
 
     @property
     def finished(self) -> int:

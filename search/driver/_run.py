@@ -172,12 +172,28 @@ def _started(plan: Plan) -> Iterator[tuple[ClusterHandle, optuna.Study]]:
         yield cluster, study
 
 
+WORKER_TTL = "30s"  # a remote worker silent this long is gone (Dask's default: 5 minutes)
+
+
+def worker_ttl_setting() -> dict[str, str]:
+    """How long the scheduler waits for a silent worker before it fails the worker's trial: a
+    frozen or partitioned node keeps its TCP connections open, so only the heartbeat tells.
+    Dask's own default (5 minutes) is kept from :data:`WORKER_TTL` only when the user set one
+    (``DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL``, a Dask config file)."""
+    current = dask.config.get("distributed.scheduler.worker-ttl", None)
+    if current not in (None, "5 minutes"):  # the user's choice
+        return {}
+    return {"distributed.scheduler.worker-ttl": WORKER_TTL}
+
+
 def run(plan: Plan, *, progress: bool) -> int:
     """Run the plan; the exit code."""
     sf = plan.sf
     # A worker that dies mid-trial fails that trial at once (the driver re-queues its parameters)
     # instead of Dask silently re-running it under the same trial number.
     dask.config.set({"distributed.scheduler.allowed-failures": 0})
+    if plan.cluster.backend != "local":
+        dask.config.set(worker_ttl_setting())
     if plan.existing is not None and plan.finished >= plan.target:
         out.print(f"study {sf.name} already holds {plan.finished} finished trials (budget "
                   f"{plan.target}); nothing to run. Raise budget.trials or pass --trials.")
@@ -215,6 +231,9 @@ def run(plan: Plan, *, progress: bool) -> int:
               "configurations." if paused else
               f"{counts.complete} complete, {counts.pruned} pruned, {counts.failed} failed in this "
               f"run; the study holds {counts.finished}/{plan.target} finished trials.")
+    if counts.refused:
+        out.print(f"{counts.refused} late results refused: their trials had been failed and "
+                  "re-queued by another driver while this one was silent.")
     if counts.stopped_because:
         err.print(f"[red]{escape(counts.stopped_because)}[/]")
         return 1
@@ -327,7 +346,8 @@ class Display:
             return "best -"
 
     def __call__(self, kind: str, trial: Any, c: RunCounts, result: dict[str, Any] | None) -> None:
-        if kind in ("complete", "pruned", "failed") and trial is not None and result is not None:
+        if kind in ("complete", "pruned", "failed", "refused") and trial is not None \
+                and result is not None:
             self.progress.console.print(_trial_line(kind, trial, result, self.names),
                                         highlight=False, soft_wrap=True)
         if not self.show_bar:  # the counters are only drawn on the bar
@@ -342,7 +362,7 @@ class Display:
 
 def _trial_line(kind: str, trial: Any, result: dict[str, Any], names: list[str]) -> str:
     what = {"complete": "[green]complete[/]", "pruned": "[yellow]pruned[/]",
-            "failed": "[red]failed[/]"}[kind]
+            "failed": "[red]failed[/]", "refused": "[red]refused[/]"}[kind]
     if result.get("state") == "paused":
         what = "[yellow]paused[/]"
     values = result.get("values") or {}
@@ -362,7 +382,7 @@ def _trial_line(kind: str, trial: Any, result: dict[str, Any], names: list[str])
     if parent is not None:
         extra = f"resumed trial {parent}, {extra}"
     line = f"trial {trial.number:>3} {what} {escape(shown)} {escape(params)} ({extra})"
-    if kind == "failed":
+    if kind in ("failed", "refused"):
         reason = (str(result.get("exit_reason", "")).splitlines() or [""])[0][:300]
         line += f"\n    {escape(reason)}"
         if result.get("log_path"):

@@ -14,7 +14,7 @@ from training.session._decisions import (
     NullReporter,
     Reporter,
 )
-from training.session._reporting import OptunaReporter, build_pruner, trial_reporter
+from training.session._reporting import OptunaReporter, StaleTrial, build_pruner, trial_reporter
 
 __getattr__ = lazy(__name__, {
     "Session": "_session",
@@ -26,6 +26,7 @@ __getattr__ = lazy(__name__, {
 
 __all__ = [
     "CONTINUE", "PAUSE", "STOP", "VECTOR_ATTR", "Decision", "DistributedOptimizer",
-    "NullReporter", "OptunaReporter", "Reporter", "Session", "build_pruner", "describe_device",
+    "NullReporter", "OptunaReporter", "Reporter", "Session", "StaleTrial", "build_pruner",
+    "describe_device",
     "pick_device", "trial_reporter", "wrap",
 ]

@@ -34,6 +34,11 @@ def build_pruner(spec: dict[str, Any] | None) -> optuna.pruners.BasePruner:
     return pruner
 
 
+class StaleTrial(RuntimeError):
+    """The trial this job reports to was finished by someone else (the driver failed it when its
+    node went silent, and re-queued its parameters): this job's results are late, refused."""
+
+
 class OptunaReporter:
     """Reports to the running trial ``trial_id`` of ``study_name`` in the storage at ``url``.
 
@@ -67,6 +72,17 @@ class OptunaReporter:
     def decide(self, epoch: int, row: Mapping[str, float]) -> Decision:
         if not self.reports:
             return CONTINUE
+        try:
+            return self._decide(epoch, row)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            stored = self.study._storage.get_trial(self.trial._trial_id)  # noqa: SLF001 - one read
+            state = stored.state.name
+            raise StaleTrial(
+                f"trial {self.trial.number} is already {state} in the storage (the driver gave "
+                f"up on this job: its node was silent, cut off or lost): the report of epoch "
+                f"{epoch} is refused and this job stops") from None
+
+    def _decide(self, epoch: int, row: Mapping[str, float]) -> Decision:
         if len(self.study.directions) > 1:
             vector = [float(row[m]) for m in self.objectives]
             self.trial.set_user_attr(
