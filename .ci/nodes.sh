@@ -273,7 +273,7 @@ wait_idle() {
 }
 
 cmd_start() {
-    local t0
+    local t0 name
     t0=$(now)
     [ "$(id -u)" = 0 ] || die "start must run as root"
     lock
@@ -282,7 +282,13 @@ cmd_start() {
     make_network
     write_hosts
     write_conf
+    if [ -f "$RUN/conf.sha256" ] && [ "$(cat "$RUN/conf.sha256")" != "$(sha256sum "$CONF" | cut -d' ' -f1)" ]; then
+        say "$CONF changed since the daemons started; restarting them"
+        for name in $(existing_nodes); do stop_daemons "$RUN/slurmd-$name.pid:slurmd"; done
+        stop_daemons "$CTLD_PID:slurmctld"
+    fi
     start_daemons
+    sha256sum "$CONF" | cut -d' ' -f1 >"$RUN/conf.sha256"
     wait_idle
     echo "nodes: $N nodes up ($(existing_nodes | tr '\n' ' ')), $CPUS CPUs each, partition" \
          "$PARTITION, SLURM_CONF=$CONF ($(since "$t0") s)"

@@ -59,12 +59,14 @@ class PostgresServer:
 
 @contextlib.contextmanager
 def throwaway_postgres(
-    max_connections: int = 200, *, directory: Path | None = None, options: str = ""
+    max_connections: int = 200, *, directory: Path | None = None, options: str = "",
+    host: str = "127.0.0.1",
 ) -> Iterator[PostgresServer]:
-    """A fresh server; its URL is ``postgresql://detol:PASSWORD@127.0.0.1:PORT/detol``. Stopped
+    """A fresh server; its URL is ``postgresql://detol:PASSWORD@HOST:PORT/detol``. Stopped
     and deleted on exit. PostgresMissing (before anything is made) when it is not installed.
     ``directory``: where its files go (default: a new temporary directory); ``options``: more
-    ``postgres`` command-line options."""
+    ``postgres`` command-line options; ``host``: the address it listens on (another than
+    127.0.0.1, e.g. the namespace cluster's login address: clients on its subnet may connect)."""
     bins = {name: pg_bin(name) for name in ("initdb", "pg_ctl", "createdb")}
     # Not under pytest's basetemp: that is private to root, and the server runs as 'postgres'.
     root = Path(tempfile.mkdtemp(prefix="detol-pg-", dir=directory))
@@ -83,14 +85,17 @@ def throwaway_postgres(
         subprocess.run([*run_as, bins["initdb"], "-D", str(data), "-U", "detol",
                         "--auth=scram-sha-256", f"--pwfile={pwfile}", "--no-sync"],
                        check=True, capture_output=True, text=True, timeout=120)
+        if host != "127.0.0.1":  # the nodes on host's subnet, with the password
+            with open(data / "pg_hba.conf", "a") as hba:
+                hba.write("host all all samenet scram-sha-256\n")
         pg_ctl = [*run_as, bins["pg_ctl"], "-D", str(data), "-l", str(root / "log"), "-o",
-                  f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off "
+                  f"-p {port} -k {root} -c listen_addresses={host} -c fsync=off "
                   f"-c max_connections={max_connections} {options}"]
-        server = PostgresServer(f"postgresql://detol:{PASSWORD}@127.0.0.1:{port}/detol", pg_ctl)
+        server = PostgresServer(f"postgresql://detol:{PASSWORD}@{host}:{port}/detol", pg_ctl)
         server.start()
         try:
             env = {**os.environ, "PGPASSWORD": PASSWORD}
-            subprocess.run([bins["createdb"], "-h", "127.0.0.1", "-p", str(port), "-U", "detol",
+            subprocess.run([bins["createdb"], "-h", host, "-p", str(port), "-U", "detol",
                             "detol"], check=True, env=env, capture_output=True, timeout=60)
             yield server
         finally:

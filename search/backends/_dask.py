@@ -7,13 +7,16 @@ train on unseen.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import socket
 from collections.abc import Callable
 from typing import Any
 
+from search.clusters._base import MPI
 from training.contract import TrialSpec
-from training.launch import run_trial
+from training.launch import node_lost, run_trial
 
 _GONE = ("cancelled", "released", "forgotten")
 
@@ -59,6 +62,40 @@ def where_it_ran() -> dict[str, str]:
     return out
 
 
+LOST_NODE_CLOSE_S = 1.0  # the worker closes this long after answering (its answer goes first)
+
+
 def run_trial_on_worker(spec: TrialSpec) -> dict[str, Any]:
-    """Dask task for one trial: the MPI job, stopped if Dask cancels the task."""
-    return {**run_trial(spec, should_stop=_dask_stop_check()), **where_it_ran()}
+    """Dask task for one trial: the MPI job, stopped if Dask cancels the task. A job that failed
+    because its batch allocation lost a node (``training.launch.node_lost``) is answered as lost
+    (the driver re-queues its parameters), and this worker then closes: its allocation is gone,
+    and a trial sent here next would fail at once for the same reason."""
+    result = {**run_trial(spec, should_stop=_dask_stop_check()), **where_it_ran()}
+    if result.get("state") != "failed":
+        return result
+    line = node_lost(f"{result.get('exit_reason', '')}\n{result.get('log', '')}")
+    if not line:
+        return result
+    _close_worker_soon(f"its batch allocation lost a node ({line})")
+    return {**result, "lost": True,
+            "exit_reason": f"node lost: {line}\n{result.get('exit_reason', '')}"}
+
+
+def _close_worker_soon(reason: str) -> None:
+    """No trial more for this worker (its MPI slots set to 0 at the scheduler, before this task
+    answers), then, once it has answered, the worker closes."""
+    try:
+        from distributed import get_worker
+        from distributed.utils import sync
+
+        worker = get_worker()
+    except (ImportError, ValueError):  # not inside a Dask task
+        return
+    with contextlib.suppress(Exception):  # a scheduler out of reach: the worker still closes
+        sync(worker.loop, worker.set_resources, **{MPI: 0}, callback_timeout=10)
+
+    async def close() -> None:
+        await asyncio.sleep(LOST_NODE_CLOSE_S)
+        await worker.close(reason=reason, nanny=False)
+
+    worker.loop.add_callback(close)  # thread-safe: this task runs in the worker's thread

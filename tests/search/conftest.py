@@ -4,6 +4,7 @@ the tests themselves."""
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -35,22 +36,25 @@ def postgres_url(postgres_server: PostgresServer) -> str:
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _batch_system(script: str, probe: str, install: str) -> Iterator[None]:
+def _batch_system(script: str, probe: str, install: str,
+                  env: dict[str, str] | None = None) -> Iterator[None]:
     """A real one-node batch system: the one running here, else one started by ``.ci/SCRIPT``
     (root), stopped again at the end of the session. ``probe`` is a client command it needs."""
     if not shutil.which(probe):
         pytest.fail(f"{probe} not found: {install} (the README's test command installs it)")
     argv = ["bash", str(REPO / ".ci" / script)]
-    running = subprocess.run([*argv, "status"], capture_output=True, timeout=60).returncode == 0
+    running = subprocess.run([*argv, "status"], capture_output=True, timeout=60,
+                             env=env).returncode == 0
     if not running:
-        started = subprocess.run([*argv, "start"], capture_output=True, text=True, timeout=600)
+        started = subprocess.run([*argv, "start"], capture_output=True, text=True, timeout=600,
+                                 env=env)
         if started.returncode != 0:
             pytest.fail(f".ci/{script} start failed: {started.stderr.strip()[-2000:]}")
     try:
         yield
     finally:
         if not running:
-            subprocess.run([*argv, "stop"], capture_output=True, timeout=120)
+            subprocess.run([*argv, "stop"], capture_output=True, timeout=120, env=env)
 
 
 @pytest.fixture(scope="session")
@@ -66,3 +70,20 @@ def sge() -> Iterator[None]:
     yield from _batch_system("sge.sh", "qstat", "Debian: apt-get install gridengine-master "
                              "gridengine-exec gridengine-client; -m 'not sge' leaves these tests "
                              "out")
+
+
+NODES_CONF = "/etc/detol-nodes/slurm.conf"  # .ci/nodes.sh's SLURM (clients: SLURM_CONF)
+
+
+@pytest.fixture(scope="session")
+def nodes() -> Iterator[None]:
+    """A real 3-node SLURM cluster of network namespaces (``.ci/nodes.sh``)."""
+    yield from _batch_system("nodes.sh", "sinfo", "Debian: apt-get install slurmctld slurmd "
+                             "slurm-client munge nftables; -m 'not multinode' leaves these "
+                             "tests out", env={**os.environ, "SLURM_CONF": NODES_CONF})
+
+
+@pytest.fixture
+def nodes_env(nodes: None) -> dict[str, str]:
+    """The environment of a client of the namespace cluster (its ``SLURM_CONF``)."""
+    return {**os.environ, "SLURM_CONF": NODES_CONF}

@@ -95,6 +95,10 @@ def job_env(
     """
     env = {**os.environ, "OMP_NUM_THREADS": str(threads_per_rank), **extra}
     env.setdefault("PYTHONUNBUFFERED", "1")
+    # srun --kill-on-bad-exit: a rank that dies ends the whole step. SLURM's default keeps the
+    # others running, and an MPI job's others then wait on the dead one forever (seen on the
+    # namespace cluster: two ranks of four spinning in MPI_Init for 14 minutes).
+    env.setdefault("SLURM_KILL_BAD_EXIT", "1")
     if async_progress:
         env.setdefault("MPIR_CVAR_ASYNC_PROGRESS", "1")
     if "MPI4PY_RC_THREAD_LEVEL" not in extra:
@@ -198,6 +202,22 @@ def first_error(output: str) -> str:
             where = f"[rank {match.group(1)}] " if match.group(1) else rank
             return f"{where}{match.group(2)}{match.group(3)}".strip()
     return ""
+
+
+# What srun prints when the job's allocation lost a node (crashed, frozen or cut off, and set
+# DOWN by slurmctld), or is gone for that reason: the trial's parameters are not to blame.
+_NODE_LOST = re.compile(
+    r"srun: error: Node failure on \S+|STEP \S+ ON \S+ CANCELLED AT \S+ DUE TO NODE FAILURE"
+    r"|srun: error: Slurm job \d+ has expired|JOB \S+ ON \S+ CANCELLED AT \S+ DUE TO NODE FAILURE"
+)
+
+
+def node_lost(output: str) -> str:
+    """The line of a failed job's output that says its batch allocation lost a node ('' when
+    none): such a trial failed through no fault of its own, and the allocation is not to be used
+    again."""
+    match = _NODE_LOST.search(output)
+    return match.group(0) if match else ""
 
 
 def failed_job(code: int, output: str, error: str = "") -> dict[str, Any]:

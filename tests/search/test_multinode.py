@@ -1,0 +1,181 @@
+"""Trials whose ranks span nodes, on a real 3-node SLURM of network namespaces (``.ci/nodes.sh``:
+each node its own hostname, address and slurmd; the filesystem shared, as on a cluster): the
+user's study file as it ships, MPI traffic that really crosses the nodes' links, the same weights
+as on one node, and node faults in the middle of a trial (benchmarks/node_faults.py's own hands
+and checks: one rule, one place).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import torch
+from optuna.trial import TrialState
+
+from tests.cli_helpers import search_command
+from training.contract import open_storage
+from training.launch import launcher_argv
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "benchmarks")]
+
+import node_faults  # noqa: E402  (benchmarks/node_faults.py)
+from _common import soak  # noqa: E402
+
+pytestmark = [pytest.mark.mpi, pytest.mark.multinode, pytest.mark.usefixtures("nodes")]
+
+
+@pytest.fixture(autouse=True)
+def _healed_and_empty(nodes_env: dict[str, str]) -> None:
+    """Every test starts on a whole cluster (no fault left by a failed test, no job)."""
+    subprocess.run(["scancel", "--user", "root"], env=nodes_env, timeout=30, check=False)
+    for node in node_faults.all_nodes():
+        node_faults.nodes_sh("heal", node)
+    assert soak.wait_until(lambda: not node_faults.batch_jobs(), 30)
+
+
+def _veth_bytes() -> dict[str, int]:
+    """Bytes each node has sent (received on the host end of its veth)."""
+    return {n: int(Path(f"/sys/class/net/dtlv{n[7:]}/statistics/rx_bytes").read_text())
+            for n in node_faults.all_nodes()}
+
+
+def _run(study: Path, storage: str, cwd: Path, env: dict[str, str], *args: str,
+         timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*search_command(), "run", str(study), "--storage", storage,
+                           "--no-progress", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_the_two_node_study_runs_its_ranks_across_nodes_and_the_network(
+        tmp_path: Path, nodes_env: dict[str, str]) -> None:
+    # The study file as it ships; its warm pool (one MPI job over both nodes) serves both trials.
+    before = _veth_bytes()
+    proc = _run(ROOT / "studies" / "two-nodes.toml", "s.journal", tmp_path, nodes_env,
+                "--trials", "2")
+    sent = {n: b - before[n] for n, b in _veth_bytes().items()}
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    trials = optuna.load_study(study_name="two-nodes",
+                               storage=open_storage(str(tmp_path / "s.journal"))).trials
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
+    hosts = [t.user_attrs["hosts"] for t in trials]
+    assert all(len(h) == 2 and all(n.startswith("detol-n") for n in h) for h in hosts), hosts
+    assert trials[1].user_attrs["wall_time_s"] < trials[0].user_attrs["wall_time_s"] / 2  # warm
+    # Sync SGD: each step's allreduce needs every node's share of the gradients to leave it.
+    gradient = sum(t.user_attrs["n_params"] * 4 * t.user_attrs["steps_per_rank"][0]
+                   for t in trials)
+    for node in hosts[0]:
+        assert sent[node] >= gradient, (node, sent, gradient)
+    # Where the ranks ran is shown where a user looks.
+    status = subprocess.run([*search_command(), "status", "two-nodes", "--storage", "s.journal"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=60).stdout
+    assert "2 across several" in status and hosts[0][0] in status, status
+    assert ",".join(hosts[0]) in proc.stdout  # search run's best table
+
+
+def _train(tmp: Path, name: str, argv: list[str], env: dict[str, str]) -> dict[str, torch.Tensor]:
+    spec = {"config": {"dataset": "digits", "epochs": 2, "batch_size": 64, "hidden": 32,
+                       "ranks": 4, "seed": 5, "optimizer": "sgd", "momentum": 0.9},
+            "weights_path": str(tmp / f"{name}.pt"), "result_path": str(tmp / f"{name}.json")}
+    (tmp / f"{name}.spec.json").write_text(json.dumps(spec))
+    argv = [*argv, sys.executable, "-m", "training.jobs.worker", str(tmp / f"{name}.spec.json")]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=180, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads((tmp / f"{name}.json").read_text())
+    assert result["state"] == "complete" and result["values"]["val_accuracy"] > 0.6
+    assert len(result["hosts"]) == (2 if name == "nodes" else 1), result["hosts"]
+    return torch.load(spec["weights_path"])
+
+
+def test_sync_sgd_on_two_nodes_gives_the_weights_of_one_node(
+        tmp_path: Path, nodes_env: dict[str, str]) -> None:
+    # 2 nodes x 2 ranks through srun (UCX over TCP between the nodes) against 4 ranks on this
+    # machine: the same global batches, the same sums; only the order of the float additions
+    # inside MPI's allreduce may differ.
+    across = _train(tmp_path, "nodes", ["srun", "-N", "2", "-n", "4", "--mpi=pmi2",
+                                        "--export=ALL,UCX_TLS=tcp,self"], nodes_env)
+    here = _train(tmp_path, "here", launcher_argv("mpiexec -n {ranks}", 4), nodes_env)
+    assert across.keys() == here.keys()
+    worst = max(float((across[k] - here[k]).abs().max()) for k in across)
+    assert worst < 1e-4, worst
+    assert any(float((across[k] - _init(k, here)).abs().max()) > 1e-2 for k in here)
+
+
+def _init(key: str, trained: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The weight ``key`` as the trainer initialises it (seed 5): training moved it."""
+    from training.models._mlp import build_mlp
+
+    torch.manual_seed(5)
+    model = build_mlp(64, 10, hidden=32, layers=2, activation="relu", dropout=0.0)
+    return model.state_dict()[key] if key in model.state_dict() else trained[key]
+
+
+def _fault_mid_trial(tmp_path: Path, nodes_env: dict[str, str], kind: str, pick: int,
+                     hold_s: float) -> tuple[list[optuna.trial.FrozenTrial], dict, str]:
+    """The soak's study with one trial; ``kind`` strikes node ``pick`` of its job once the trial
+    has reported an epoch; the study's trials, the fault and search run's output."""
+    study = node_faults.study_file(tmp_path, trials=1)
+    url = str(tmp_path / "s.journal")
+    tag = f"test-{kind}"
+    proc = subprocess.Popen([*search_command(), "run", str(study), "--storage", url,
+                             "--no-progress"], cwd=tmp_path,
+                            env={**nodes_env, "DETOL_SOAK_TAG": tag},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert soak.wait_until(lambda: node_faults.running_trial(url) is not None, 120)
+        busy = node_faults.job_nodes()
+        assert len(busy) == 2, busy
+        at = time.time()
+        node_faults.nodes_sh(kind, busy[pick])
+        time.sleep(hold_s)
+        node_faults.nodes_sh("heal", busy[pick])
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    # Nothing of the study is left on any node, nor any batch job, within 30 s.
+    assert soak.wait_until(lambda: not node_faults.leftovers(tag)
+                           and not node_faults.batch_jobs(), 30), node_faults.leftovers(tag)
+    trials = soak.read_trials(url, node_faults.NAME) or []
+    late, accepted = node_faults.late_writes(Path(url))
+    assert accepted == 0
+    fault = {"at": at, "node": busy[pick], "job_nodes": busy, "late_writes": late}
+    return trials, fault, out
+
+
+def _failed_requeued_and_finished_elsewhere(trials: list, fault: dict, reason: str) -> float:
+    first, retry = trials
+    assert first.state == TrialState.FAIL and first.values is None
+    assert first.user_attrs["exit_reason"].startswith(reason), first.user_attrs["exit_reason"]
+    assert "parameters re-queued" in first.user_attrs["exit_reason"]
+    assert retry.state == TrialState.COMPLETE and retry.params == first.params
+    assert retry.user_attrs["detol:retry_of"] == 0
+    assert not soak.final_problems(trials, budget=1, max_retries=node_faults.MAX_RETRIES)
+    return first.datetime_complete.timestamp() - fault["at"]
+
+
+def test_a_node_crash_mid_trial_fails_the_trial_which_runs_again_elsewhere(
+        tmp_path: Path, nodes_env: dict[str, str]) -> None:
+    # Down for 30 s, as a rebooting node is: longer than SLURM takes to notice (SlurmdTimeout).
+    trials, fault, out = _fault_mid_trial(tmp_path, nodes_env, "crash", pick=1, hold_s=30.0)
+    # SLURM sets the node DOWN and ends the step: srun says so, and the trial is not to blame.
+    waited = _failed_requeued_and_finished_elsewhere(
+        trials, fault, f"node lost: srun: error: Node failure on {fault['node']}")
+    assert waited < 60, (waited, out)  # SLURM's SlurmdTimeout (10 s) and its ping cycle
+
+
+def test_a_frozen_node_that_wakes_after_its_trial_was_requeued_changes_nothing(
+        tmp_path: Path, nodes_env: dict[str, str]) -> None:
+    # The first node holds rank 0 and the Dask worker: frozen, only the heartbeat tells (Dask's
+    # worker-ttl), and it wakes after its trial has been failed and re-queued.
+    trials, fault, out = _fault_mid_trial(tmp_path, nodes_env, "freeze", pick=0, hold_s=50.0)
+    waited = _failed_requeued_and_finished_elsewhere(trials, fault, "Dask worker lost")
+    assert waited < 50, (waited, out)  # worker-ttl 30 s, checked every 3 s
+    assert trials[0].intermediate_values  # what it reported before it froze stays
