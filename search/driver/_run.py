@@ -7,7 +7,6 @@ dataset, the cluster and the launcher. ``validate`` stops there.
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -44,6 +43,8 @@ from training.contract import (
     check_dataset_loads,
     check_own_loop,
     check_plugins,
+    check_storage_file,
+    journal_path,
     redact,
     storage_file,
 )
@@ -245,19 +246,17 @@ def _complete(study: optuna.Study) -> bool:
 
 
 def _new_storage_file(url: str) -> bool:
-    """True when ``url`` names a journal or SQLite file that does not exist yet (StudyError if it
-    cannot be created there)."""
+    """True when ``url`` names a journal or SQLite file that does not exist yet; StudyError (one
+    line) when it names something that cannot hold the study: a directory, a FIFO, a file of
+    another format, a directory that refuses files or whose filesystem does not answer."""
     path = storage_file(url)
-    if path is None or Path(path).exists():
+    if path is None:
         return False
-    parent = Path(path).expanduser().parent
-    if not parent.is_dir():
-        raise StudyError("storage", f"cannot create {redact(url)}: directory {str(parent)!r} "
-                         "does not exist")
-    if not os.access(parent, os.W_OK):
-        raise StudyError("storage", f"cannot create {redact(url)}: directory {str(parent)!r} "
-                         "is not writable")
-    return True
+    try:
+        exists = check_storage_file(path, "journal" if journal_path(url) else "sqlite")
+    except ValueError as exc:
+        raise StudyError("storage", str(exc)) from None
+    return not exists
 
 
 def _existing_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study | None:

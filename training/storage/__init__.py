@@ -15,6 +15,7 @@ from training.storage._storage import (
     DEFAULT_STORAGE,
     RETRY_SECONDS,
     RetryingStorage,
+    check_storage_file,
     journal_path,
     load_study,
     open_storage,
@@ -28,6 +29,6 @@ from training.storage._storage import (
 __all__ = [
     "CHECKPOINT_ATTR", "DEFAULT_STORAGE", "FREE_ON_RESTORE", "RETRY_SECONDS", "CheckpointPlan",
     "JournalDamaged", "RetryingStorage", "SafeJournalFileBackend", "artifact_store",
-    "fsync_directory", "journal_path", "load_study", "open_storage", "redact", "retrying_call",
-    "schema_race", "storage_file", "transient_error",
+    "check_storage_file", "fsync_directory", "journal_path", "load_study", "open_storage",
+    "redact", "retrying_call", "schema_race", "storage_file", "transient_error",
 ]

@@ -8,9 +8,13 @@ A URL with a database scheme (``sqlite:///``, ``postgresql://``, ``mysql://`` ..
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import os
 import re
+import stat
+import tempfile
+import threading
 import time
 import types
 from collections.abc import Callable, Container
@@ -48,6 +52,91 @@ def storage_file(url: str) -> str | None:
     return path if path and path != ":memory:" else None
 
 
+STAT_TIMEOUT_S = 10.0  # a path whose filesystem does not answer (a hung NFS mount) is refused
+
+
+def _answer_within(what: str, fn: Any, timeout: float = STAT_TIMEOUT_S) -> Any:
+    """``fn()``, in a daemon thread: a call into a filesystem that never answers (a hard NFS
+    mount whose server is gone) becomes a ValueError after ``timeout`` instead of a hang."""
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            box["error"] = exc
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise ValueError(f"{what}: its filesystem did not answer in {timeout:g} s "
+                         "(an unreachable network filesystem?)")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
+          stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
+SQLITE_MAGIC = b"SQLite format 3\x00"
+_A_FILE = {"journal": "a journal file", "sqlite": "an SQLite file"}
+
+
+def check_storage_file(path: str, kind: str) -> bool:
+    """ValueError (one line) unless ``path`` can hold a ``kind`` ("journal" or "sqlite")
+    storage: an existing regular file of that format, or a new file in a writable directory. True
+    when the file exists. Reads at most the first line; writes nothing (a new file's directory is
+    probed with a file created and removed at once)."""
+    path = os.path.expanduser(path)
+
+    def look() -> bool:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return False
+        if not stat.S_ISREG(st.st_mode):
+            what = _KINDS.get(stat.S_IFMT(st.st_mode), "not a regular file")
+            raise ValueError(f"{path!r} is {what}, not {_A_FILE[kind]}")
+        if st.st_size == 0:
+            return True
+        with open(path, "rb") as f:
+            head = f.readline(1 << 16)
+        if kind == "sqlite" and not head.startswith(SQLITE_MAGIC):
+            raise ValueError(f"{path!r} is not an SQLite database (another file's name?)")
+        if kind == "journal" and not _journal_record(head):
+            raise ValueError(f"{path!r} is not an Optuna journal: its first line is not a journal "
+                             "record (another file's name? an SQLite file needs 'sqlite:///')")
+        if not os.access(path, os.W_OK):
+            raise ValueError(f"{path!r} is not writable")
+        return True
+
+    def probe(parent: str) -> None:
+        if not os.path.isdir(parent):
+            raise ValueError(f"directory {parent!r} for {_A_FILE[kind]} does not exist")
+        try:  # os.access says yes to root on a filesystem that refuses files (/proc, read-only)
+            fd, probe_path = tempfile.mkstemp(prefix=".detol-probe-", dir=parent)
+        except OSError as exc:
+            raise ValueError(f"cannot create files in {parent!r}: {exc.strerror}") from None
+        os.close(fd)
+        os.unlink(probe_path)
+
+    if _answer_within(repr(path), look):
+        return True
+    _answer_within(repr(path), lambda: probe(os.path.dirname(os.path.abspath(path))))
+    return False
+
+
+def _journal_record(line: bytes) -> bool:
+    if line.startswith(b'{"op_code"'):  # Optuna writes op_code first (a torn first line, too)
+        return True
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and "op_code" in record
+
+
 def open_storage(url: str, *, retry_seconds: float = 0.0) -> BaseStorage:
     """Open (and for a database, connect to) the storage named by ``url``.
 
@@ -77,11 +166,12 @@ def _open_storage(url: str) -> BaseStorage:
     if path is not None:
         if not path:
             raise ValueError("journal storage needs a file path, e.g. 'journal:///tmp/x.journal'")
-        parent = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(parent):
-            raise ValueError(f"directory {parent!r} for journal file does not exist")
+        check_storage_file(path, "journal")
         return _journal_storage(path)
     scheme = url.split(":", 1)[0].split("+", 1)[0]
+    sqlite_file = storage_file(url) if scheme == "sqlite" else None
+    if sqlite_file:
+        check_storage_file(sqlite_file, "sqlite")
     if scheme == "postgres":
         raise ValueError("use 'postgresql://' (SQLAlchemy does not accept 'postgres://')")
     if scheme not in _RDB_SCHEMES:
