@@ -179,3 +179,28 @@ def test_a_frozen_node_that_wakes_after_its_trial_was_requeued_changes_nothing(
     waited = _failed_requeued_and_finished_elsewhere(trials, fault, "Dask worker lost")
     assert waited < 50, (waited, out)  # worker-ttl 30 s, checked every 3 s
     assert trials[0].intermediate_values  # what it reported before it froze stays
+
+
+def test_resize_widens_a_trial_from_one_node_to_two_in_place(
+        tmp_path: Path, nodes_env: dict[str, str]) -> None:
+    # The warm pool holds 4 ranks over both nodes (srun places 2 on each, in rank order); a
+    # 2-rank segment runs on the pool's first 2 ranks (one node), its promoted continuation on
+    # all 4: from one node to two, in the same pool, restored from its rank 0's memory.
+    text = (ROOT / "studies" / "two-nodes.toml").read_text()
+    text = text.replace("ranks = 4\n", "ranks = 2\n").replace("epochs = 3\n", "epochs = 4\n")
+    text = text.replace("trials = 4\n", "trials = 2\n")
+    text += ("[pruner]\nname = \"asha\"\npromote = true\nmin_epochs = 2\nreduction_factor = 2\n"
+             "[resize]\nfactor = 2\nmax_ranks = 4\n")
+    study = tmp_path / "wide.toml"
+    study.write_text(text)
+    proc = _run(study, "s.journal", tmp_path, nodes_env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    trials = {t.number: t for t in optuna.load_study(
+        study_name="two-nodes", storage=open_storage(str(tmp_path / "s.journal"))).trials}
+    wide = [t for t in trials.values() if t.user_attrs.get("ranks") == 4]
+    assert wide, [(t.number, t.state.name, t.user_attrs.get("ranks")) for t in trials.values()]
+    for t in wide:
+        parent = trials[t.user_attrs["detol:resume_of"]]
+        assert len(parent.user_attrs["hosts"]) == 1 and parent.user_attrs["ranks"] == 2
+        assert len(t.user_attrs["hosts"]) == 2
+        assert t.user_attrs["restored_from"] == "memory"  # in place: no new job, no file read
