@@ -85,6 +85,12 @@ def all_nodes() -> list[str]:
     return sorted(re.findall(r"^(detol-n\d+)", out, re.M), key=lambda n: int(n[7:]))
 
 
+def on_node(name: str) -> list[str]:
+    """The argv prefix that runs a command on node ``name`` (its network and UTS namespaces, as
+    ``.ci/nodes.sh`` runs its slurmd)."""
+    return ["nsenter", f"--net=/run/netns/{name}", f"--uts=/run/detol-nodes/uts/{name}", "--"]
+
+
 def job_nodes() -> list[str]:
     """The nodes of the running batch jobs, in SLURM's order (the first runs the Dask worker)."""
     out = subprocess.run(["squeue", "-h", "-t", "R", "-o", "%N"], capture_output=True,

@@ -7,6 +7,7 @@ and checks: one rule, one place).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -79,18 +80,32 @@ def test_the_two_node_study_runs_its_ranks_across_nodes_and_the_network(
     assert ",".join(hosts[0]) in proc.stdout  # search run's best table
 
 
-def _train(tmp: Path, name: str, argv: list[str], env: dict[str, str]) -> dict[str, torch.Tensor]:
+def _train(tmp: Path, name: str, argv: list[str], env: dict[str, str], hosts: int,
+           **config: object) -> dict[str, torch.Tensor]:
     spec = {"config": {"dataset": "digits", "epochs": 2, "batch_size": 64, "hidden": 32,
-                       "ranks": 4, "seed": 5, "optimizer": "sgd", "momentum": 0.9},
+                       "ranks": 4, "seed": 5, "optimizer": "sgd", "momentum": 0.9, **config},
             "weights_path": str(tmp / f"{name}.pt"), "result_path": str(tmp / f"{name}.json")}
     (tmp / f"{name}.spec.json").write_text(json.dumps(spec))
     argv = [*argv, sys.executable, "-m", "training.jobs.worker", str(tmp / f"{name}.spec.json")]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=180, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads((tmp / f"{name}.json").read_text())
-    assert result["state"] == "complete" and result["values"]["val_accuracy"] > 0.6
-    assert len(result["hosts"]) == (2 if name == "nodes" else 1), result["hosts"]
+    assert result["state"] == "complete" and result["values"]["val_accuracy"] > 0.6, result
+    assert len(result["hosts"]) == hosts, result["hosts"]
     return torch.load(spec["weights_path"])
+
+
+SRUN_2_NODES = ["srun", "-N", "2", "--mpi=pmi2", "--export=ALL,UCX_TLS=tcp,self"]
+
+
+@pytest.mark.parametrize("algorithm", [{"algorithm": "asgd"},
+                                       {"algorithm": "localsgd", "local_steps": 4}],
+                         ids=["asgd", "localsgd"])
+def test_asgd_and_local_sgd_train_across_nodes(tmp_path: Path, nodes_env: dict[str, str],
+                                               algorithm: dict[str, object]) -> None:
+    # ASGD's one-sided window (MPI RMA) and local SGD's averaging between two hosts.
+    _train(tmp_path, str(algorithm["algorithm"]), [*SRUN_2_NODES, "-n", "2"], nodes_env, 2,
+           ranks=2, **algorithm)
 
 
 def test_sync_sgd_on_two_nodes_gives_the_weights_of_one_node(
@@ -98,9 +113,8 @@ def test_sync_sgd_on_two_nodes_gives_the_weights_of_one_node(
     # 2 nodes x 2 ranks through srun (UCX over TCP between the nodes) against 4 ranks on this
     # machine: the same global batches, the same sums; only the order of the float additions
     # inside MPI's allreduce may differ.
-    across = _train(tmp_path, "nodes", ["srun", "-N", "2", "-n", "4", "--mpi=pmi2",
-                                        "--export=ALL,UCX_TLS=tcp,self"], nodes_env)
-    here = _train(tmp_path, "here", launcher_argv("mpiexec -n {ranks}", 4), nodes_env)
+    across = _train(tmp_path, "nodes", [*SRUN_2_NODES, "-n", "4"], nodes_env, 2)
+    here = _train(tmp_path, "here", launcher_argv("mpiexec -n {ranks}", 4), nodes_env, 1)
     assert across.keys() == here.keys()
     worst = max(float((across[k] - here[k]).abs().max()) for k in across)
     assert worst < 1e-4, worst
@@ -204,3 +218,40 @@ def test_resize_widens_a_trial_from_one_node_to_two_in_place(
         assert len(parent.user_attrs["hosts"]) == 1 and parent.user_attrs["ranks"] == 2
         assert len(t.user_attrs["hosts"]) == 2
         assert t.user_attrs["restored_from"] == "memory"  # in place: no new job, no file read
+
+
+@pytest.mark.parametrize("kind", ["journal", "postgresql"])
+def test_drivers_on_two_nodes_share_one_study_exactly(tmp_path: Path, kind: str,
+                                                      nodes_env: dict[str, str]) -> None:
+    # Two `search run` on two hosts at once: a journal on the shared filesystem (its lock file
+    # is the one lock both take), or PostgreSQL over the nodes' network.
+    from tests.pg_server import throwaway_postgres
+    from tests.search.test_two_drivers import BUDGET, _study
+
+    with contextlib.ExitStack() as stack:
+        if kind == "journal":
+            storage = str(tmp_path / "s.journal")
+        else:
+            storage = stack.enter_context(throwaway_postgres(host=node_faults.LOGIN)).url
+        study = _study(tmp_path, "hosts")
+        env = {k: v for k, v in nodes_env.items() if k != "DETOL_STORAGE"}
+        if kind == "postgresql":  # created once, so that neither driver races to create it
+            subprocess.run([*search_command(), "run", str(study), "--storage", storage,
+                            "--no-progress", "--trials", "1"], cwd=tmp_path, env=env,
+                           check=True, capture_output=True, timeout=180)
+        drivers = [subprocess.Popen([*node_faults.on_node(node), *search_command(), "run",
+                                     str(study), "--storage", storage, "--no-progress"],
+                                    cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT)
+                   for node in ("detol-n2", "detol-n3")]
+        outputs = [d.communicate(timeout=240)[0] for d in drivers]
+        assert [d.returncode for d in drivers] == [0, 0], outputs
+        trials = optuna.load_study(study_name="hosts", storage=open_storage(storage)).trials
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * BUDGET, outputs
+    first = 1 if kind == "postgresql" else 0
+    # Claimed by drivers on the nodes (the first PostgreSQL trial: the one that made the study).
+    hosts = {t.user_attrs["detol:driver"].split(":")[0] for t in trials if t.number >= first}
+    assert hosts and hosts <= {"detol-n2", "detol-n3"}, hosts
+    said = [int(line.split()[1]) for out in outputs for line in out.splitlines()
+            if " complete " in line and line.lstrip().startswith("trial")]
+    assert sorted(said) == list(range(first, BUDGET)), outputs  # each told once, by one host
