@@ -255,7 +255,9 @@ def _new_storage_file(url: str) -> bool:
     try:
         exists = check_storage_file(path, "journal" if journal_path(url) else "sqlite")
     except ValueError as exc:
-        raise StudyError("storage", str(exc)) from None
+        # A journal's URL is its path (named in the message); an SQLite URL is named too.
+        raise StudyError("storage", str(exc) if path == url else f"{redact(url)}: {exc}") \
+            from None
     return not exists
 
 

@@ -33,8 +33,10 @@ def place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     ("fifo", "error: storage: 'fifo' is a FIFO, not a journal file"),
     ("notes.txt", "error: storage: 'notes.txt' is not an Optuna journal: its first line is not a "
                   "journal record (another file's name? an SQLite file needs 'sqlite:///')"),
-    ("sqlite:///adir", "error: storage: 'adir' is a directory, not an SQLite file"),
-    ("sqlite:///s.db", "error: storage: 's.db' is not an SQLite database (another file's name?)"),
+    ("sqlite:///adir", "error: storage: sqlite:///adir: 'adir' is a directory, not an SQLite "
+                       "file"),
+    ("sqlite:///s.db", "error: storage: sqlite:///s.db: 's.db' is not an SQLite database "
+                       "(another file's name?)"),
     ("/proc/x.journal", "error: storage: cannot create files in '/proc': No such file or "
                         "directory"),
     ("missing/s.journal", "error: storage: directory "),
