@@ -8,7 +8,7 @@ import dask
 import pytest
 
 from search.driver._run import WORKER_TTL, worker_ttl_setting
-from training.launch import job_env, node_lost
+from training.launch import job_env, node_lost, still_queued
 
 pytestmark = pytest.mark.unit
 
@@ -50,3 +50,17 @@ def test_worker_ttl_bounds_a_silent_worker_unless_the_user_set_one() -> None:
 def test_an_mpi_step_ends_when_one_rank_dies_unless_the_study_says_otherwise() -> None:
     assert job_env(1, False, {})["SLURM_KILL_BAD_EXIT"] == "1"
     assert job_env(1, False, {"SLURM_KILL_BAD_EXIT": "0"})["SLURM_KILL_BAD_EXIT"] == "0"
+
+
+def test_an_allocation_whose_steps_cannot_start_is_given_up_and_counts_as_a_lost_node() -> None:
+    from training.launch._line import QUEUE_WAIT_S
+
+    output = "srun: Job 74 step creation temporarily disabled, retrying (Requested nodes are busy)"
+    assert still_queued(output, since=0.0, now=QUEUE_WAIT_S - 1) == ""  # may still come
+    reason = still_queued(output, since=0.0, now=QUEUE_WAIT_S + 1)
+    assert reason.startswith(f"srun: Job 74 step creation still disabled after "
+                             f"{QUEUE_WAIT_S + 1:.0f} s (DETOL_QUEUE_WAIT_S=")
+    assert node_lost(reason) == f"srun: Job 74 step creation still disabled after " \
+                                f"{QUEUE_WAIT_S + 1:.0f} s"
+    assert still_queued(output + "\nsrun: Step created for StepId=74.1", since=0.0,
+                        now=QUEUE_WAIT_S + 1) == ""

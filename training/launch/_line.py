@@ -109,6 +109,9 @@ def job_env(
 SRUN_TERM_WAIT_S = 15.0  # srun forwards SIGTERM, waits KillWait (30 s default; 7 s seen here)
 QUEUE_WAIT_S = float(os.environ.get("DETOL_QUEUE_WAIT_S", "60"))
 _QUEUED = re.compile(r"srun: job (\d+) queued and waiting for resources")
+# Inside an allocation: a step that still holds the nodes (its node lost and back before SLURM
+# noticed, so slurmctld never ended it) keeps every new step waiting, forever.
+_STEP_WAIT = re.compile(r"srun: Job (\d+) step creation temporarily disabled, retrying")
 
 
 def _death_signal(sig: int) -> bool:
@@ -172,10 +175,17 @@ def end_job(proc: subprocess.Popen[bytes], argv: Sequence[str]) -> None:
 def still_queued(output: str, since: float, *, now: float | None = None) -> str:
     """The reason to give up on a job whose ``srun`` has waited for resources longer than
     :data:`QUEUE_WAIT_S` (``DETOL_QUEUE_WAIT_S``) since ``since``; empty while it may wait."""
+    waited = (time.time() if now is None else now) - since
+    step = _STEP_WAIT.search(output)
+    if step is not None and "Step created" not in output[step.end():]:
+        if waited <= QUEUE_WAIT_S:
+            return ""
+        return (f"srun: Job {step.group(1)} step creation still disabled after {waited:.0f} s "
+                f"(DETOL_QUEUE_WAIT_S={QUEUE_WAIT_S:g}): an earlier step of the allocation "
+                "holds its nodes (a node lost and back before SLURM noticed?); job cancelled")
     match = _QUEUED.search(output)
     if match is None or "has been allocated resources" in output[match.end():]:
         return ""
-    waited = (time.time() if now is None else now) - since
     if waited <= QUEUE_WAIT_S:
         return ""
     return (f"srun: job {match.group(1)} still waiting for resources after {waited:.0f} s "
@@ -209,6 +219,7 @@ def first_error(output: str) -> str:
 _NODE_LOST = re.compile(
     r"srun: error: Node failure on \S+|STEP \S+ ON \S+ CANCELLED AT \S+ DUE TO NODE FAILURE"
     r"|srun: error: Slurm job \d+ has expired|JOB \S+ ON \S+ CANCELLED AT \S+ DUE TO NODE FAILURE"
+    r"|srun: Job \d+ step creation still disabled after \d+ s"
 )
 
 
