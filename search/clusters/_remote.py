@@ -67,7 +67,10 @@ def _jobqueue_common(opts: Options, backend: str, slots: int) -> dict[str, Any]:
         "queue": opts.queue,
         "account": opts.account,
         "walltime": opts.walltime,
-        "worker_extra_args": ["--resources", f"{MPI}={slots}"],
+        # The preload keeps the worker's process name free of spaces, so a batch system that
+        # tracks a job's processes by their /proc lines finds it (search/clusters/_proctitle.py).
+        "worker_extra_args": ["--resources", f"{MPI}={slots}",
+                              "--preload", "search.clusters._proctitle"],
         # A worker whose scheduler (in the driver) is gone ends, and its batch job with it
         # (issue 27; docs/faults.md gives the bound). jobqueue's own default is 60 s.
         "death_timeout": DEATH_TIMEOUT_S,

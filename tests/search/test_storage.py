@@ -38,7 +38,7 @@ def test_journal_storage_is_shared_by_two_handles(tmp_path: Path) -> None:
         ("/no/such/dir/x.journal", "does not exist"),
         ("postgres://u:p@h/db", "use 'postgresql://'"),
         ("redis://localhost", "unsupported storage URL scheme 'redis'"),
-        ("sqlite:////no/such/dir/x.db", "cannot connect to sqlite:////no/such/dir/x.db"),
+        ("sqlite:////no/such/dir/x.db", "cannot use sqlite:////no/such/dir/x.db: directory '/no/such/dir'"),
     ],
 )
 def test_unusable_storage_is_one_clear_line(url: str, message: str) -> None:

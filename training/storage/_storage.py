@@ -171,7 +171,10 @@ def _open_storage(url: str) -> BaseStorage:
     scheme = url.split(":", 1)[0].split("+", 1)[0]
     sqlite_file = storage_file(url) if scheme == "sqlite" else None
     if sqlite_file:
-        check_storage_file(sqlite_file, "sqlite")
+        try:
+            check_storage_file(sqlite_file, "sqlite")
+        except ValueError as exc:
+            raise ValueError(f"cannot use {redact(url)}: {exc}") from None
     if scheme == "postgres":
         raise ValueError("use 'postgresql://' (SQLAlchemy does not accept 'postgres://')")
     if scheme not in _RDB_SCHEMES:
