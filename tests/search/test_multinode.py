@@ -8,7 +8,6 @@ and checks: one rule, one place).
 from __future__ import annotations
 
 import contextlib
-import json
 import subprocess
 import sys
 import time
@@ -20,8 +19,9 @@ import torch
 from optuna.trial import TrialState
 
 from tests.cli_helpers import search_command
-from training.contract import open_storage
-from training.launch import launcher_argv
+from tests.search.conftest import NODES_CONF
+from training.contract import TrialSpec, open_storage
+from training.launch import run_trial
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "benchmarks")]
@@ -80,22 +80,22 @@ def test_the_two_node_study_runs_its_ranks_across_nodes_and_the_network(
     assert ",".join(hosts[0]) in proc.stdout  # search run's best table
 
 
-def _train(tmp: Path, name: str, argv: list[str], env: dict[str, str], hosts: int,
+def _train(tmp: Path, name: str, launcher: str, ranks: int, hosts: int,
            **config: object) -> dict[str, torch.Tensor]:
-    spec = {"config": {"dataset": "digits", "epochs": 2, "batch_size": 64, "hidden": 32,
-                       "ranks": 4, "seed": 5, "optimizer": "sgd", "momentum": 0.9, **config},
-            "weights_path": str(tmp / f"{name}.pt"), "result_path": str(tmp / f"{name}.json")}
-    (tmp / f"{name}.spec.json").write_text(json.dumps(spec))
-    argv = [*argv, sys.executable, "-m", "training.jobs.worker", str(tmp / f"{name}.spec.json")]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=180, env=env)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = json.loads((tmp / f"{name}.json").read_text())
+    """Train once through the cold launcher a Dask worker uses (``run_trial``: its launch
+    retries, ``SLURM_KILL_BAD_EXIT``, its timeout) and return the weights."""
+    spec = TrialSpec(
+        config={"dataset": "digits", "epochs": 2, "batch_size": 64, "hidden": 32, "ranks": ranks,
+                "seed": 5, "optimizer": "sgd", "momentum": 0.9, **config},
+        launcher=launcher, env={"SLURM_CONF": NODES_CONF, "UCX_TLS": "tcp,self"},
+        weights_path=str(tmp / f"{name}.pt"), timeout_s=180, report=False)
+    result = run_trial(spec)
     assert result["state"] == "complete" and result["values"]["val_accuracy"] > 0.6, result
     assert len(result["hosts"]) == hosts, result["hosts"]
-    return torch.load(spec["weights_path"])
+    return torch.load(spec.weights_path)
 
 
-SRUN_2_NODES = ["srun", "-N", "2", "--mpi=pmi2", "--export=ALL,UCX_TLS=tcp,self"]
+SRUN_2_NODES = "srun -N 2 --mpi=pmi2 -n {ranks}"
 
 
 @pytest.mark.parametrize("algorithm", [{"algorithm": "asgd"},
@@ -104,8 +104,7 @@ SRUN_2_NODES = ["srun", "-N", "2", "--mpi=pmi2", "--export=ALL,UCX_TLS=tcp,self"
 def test_asgd_and_local_sgd_train_across_nodes(tmp_path: Path, nodes_env: dict[str, str],
                                                algorithm: dict[str, object]) -> None:
     # ASGD's one-sided window (MPI RMA) and local SGD's averaging between two hosts.
-    _train(tmp_path, str(algorithm["algorithm"]), [*SRUN_2_NODES, "-n", "2"], nodes_env, 2,
-           ranks=2, **algorithm)
+    _train(tmp_path, str(algorithm["algorithm"]), SRUN_2_NODES, 2, 2, **algorithm)
 
 
 def test_sync_sgd_on_two_nodes_gives_the_weights_of_one_node(
@@ -113,8 +112,8 @@ def test_sync_sgd_on_two_nodes_gives_the_weights_of_one_node(
     # 2 nodes x 2 ranks through srun (UCX over TCP between the nodes) against 4 ranks on this
     # machine: the same global batches, the same sums; only the order of the float additions
     # inside MPI's allreduce may differ.
-    across = _train(tmp_path, "nodes", [*SRUN_2_NODES, "-n", "4"], nodes_env, 2)
-    here = _train(tmp_path, "here", launcher_argv("mpiexec -n {ranks}", 4), nodes_env, 1)
+    across = _train(tmp_path, "nodes", SRUN_2_NODES, 4, 2)
+    here = _train(tmp_path, "here", "mpiexec -n {ranks}", 4, 1)
     assert across.keys() == here.keys()
     worst = max(float((across[k] - here[k]).abs().max()) for k in across)
     assert worst < 1e-4, worst
@@ -164,10 +163,11 @@ def _fault_mid_trial(tmp_path: Path, nodes_env: dict[str, str], kind: str, pick:
     return trials, fault, out
 
 
-def _failed_requeued_and_finished_elsewhere(trials: list, fault: dict, reason: str) -> float:
+def _failed_requeued_and_finished_elsewhere(trials: list, fault: dict,
+                                            *reasons: str) -> float:
     first, retry = trials
     assert first.state == TrialState.FAIL and first.values is None
-    assert first.user_attrs["exit_reason"].startswith(reason), first.user_attrs["exit_reason"]
+    assert first.user_attrs["exit_reason"].startswith(reasons), first.user_attrs["exit_reason"]
     assert "parameters re-queued" in first.user_attrs["exit_reason"]
     assert retry.state == TrialState.COMPLETE and retry.params == first.params
     assert retry.user_attrs["detol:retry_of"] == 0
@@ -179,9 +179,11 @@ def test_a_node_crash_mid_trial_fails_the_trial_which_runs_again_elsewhere(
         tmp_path: Path, nodes_env: dict[str, str]) -> None:
     # Down for 30 s, as a rebooting node is: longer than SLURM takes to notice (SlurmdTimeout).
     trials, fault, out = _fault_mid_trial(tmp_path, nodes_env, "crash", pick=1, hold_s=30.0)
-    # SLURM sets the node DOWN and ends the step: srun says so, and the trial is not to blame.
+    # SLURM sets the node DOWN and ends the job: srun says so (the trial is not to blame), or
+    # the end of the job took the Dask worker on the other node first (its trial: lost).
     waited = _failed_requeued_and_finished_elsewhere(
-        trials, fault, f"node lost: srun: error: Node failure on {fault['node']}")
+        trials, fault, f"node lost: srun: error: Node failure on {fault['node']}",
+        "Dask worker lost")
     assert waited < 60, (waited, out)  # SLURM's SlurmdTimeout (10 s) and its ping cycle
 
 
