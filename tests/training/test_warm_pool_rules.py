@@ -7,6 +7,8 @@ real pool (mpiexec, torch) runs in tests/training/test_pool.py."""
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -195,6 +197,23 @@ def test_a_pool_is_one_process_group_with_its_files_removed_when_killed() -> Non
     finally:
         pool.kill()
     assert not pool.alive and not folder.exists()
+
+
+def test_the_folders_of_pools_whose_worker_died_are_swept_at_the_next_pool_start(
+        tmp_path: Path) -> None:
+    # A worker killed with its batch job (SIGTERM, SIGKILL) leaves a busy pool's folder behind.
+    host = socket.gethostname()
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)
+    dead = int(ended.stdout)
+    gone = tmp_path / f"detol-pool-{host}-{dead}-abc"
+    mine = tmp_path / f"detol-pool-{host}-{os.getpid()}-def"  # a live worker's pool
+    other = tmp_path / f"detol-pool-other-host-{dead}-ghi"  # another node's, on a shared /tmp
+    for folder in (gone, mine, other):
+        folder.mkdir()
+        (folder / "output.log").write_text("srun: ...")
+    assert wp.sweep_pool_dirs(str(tmp_path)) == [gone.name]
+    assert not gone.exists() and mine.exists() and other.exists()
 
 
 def test_a_trial_that_raised_fails_with_the_tail_of_its_traceback_and_the_pool_serves_on() -> None:

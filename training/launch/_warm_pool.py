@@ -63,7 +63,7 @@ from training.launch._line import (
     tail,
 )
 
-__all__ = ["WarmPool", "idle_pools", "run_warm_trial", "shutdown_pools"]
+__all__ = ["WarmPool", "idle_pools", "run_warm_trial", "shutdown_pools", "sweep_pool_dirs"]
 
 _CLOSE_WAIT_S = 10.0
 MAX_IDLE_POOLS = 4  # per Dask worker process; the least recently used one closes first
@@ -108,7 +108,8 @@ class WarmPool:
 
     def start(self) -> None:
         """Launch the job; its ranks connect back when their imports are done."""
-        self._dir = Path(tempfile.mkdtemp(prefix="detol-pool-"))
+        sweep_pool_dirs()
+        self._dir = Path(tempfile.mkdtemp(prefix=f"{_dir_prefix()}{os.getpid()}-"))
         path = str(self._dir / "s")
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(path)
@@ -226,6 +227,39 @@ class WarmPool:
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
+
+
+_DIR_PREFIX = "detol-pool-"  # + host + "-" + the owning worker's pid + "-": swept once it is gone
+
+
+def _dir_prefix() -> str:
+    return f"{_DIR_PREFIX}{socket.gethostname()}-"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_pool_dirs(root: str | None = None) -> list[str]:
+    """Remove the directories (socket, launcher log) of this host's pools whose worker process
+    is gone: a worker killed with its batch job (SIGTERM, then SIGKILL) cannot clean up after a
+    busy pool. The names of what was removed."""
+    prefix = _dir_prefix()
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(root or tempfile.gettempdir()):
+            pid = entry.name[len(prefix):].split("-", 1)[0]
+            if (entry.name.startswith(prefix) and pid.isdigit() and entry.is_dir()
+                    and not _pid_alive(int(pid))):
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed.append(entry.name)
+    return removed
 
 
 _IDLE: dict[PoolKey, list[WarmPool]] = {}
