@@ -74,11 +74,6 @@ def _jobqueue_common(opts: Options, backend: str, slots: int) -> dict[str, Any]:
         # A worker whose scheduler (in the driver) is gone ends, and its batch job with it
         # (issue 27; docs/faults.md gives the bound). jobqueue's own default is 60 s.
         "death_timeout": DEATH_TIMEOUT_S,
-        # No nanny: the worker runs each trial as a subprocess (a nanny's restarts serve nothing
-        # here), and a worker that stops answering (its node frozen or cut off) is then dropped
-        # at the scheduler's worker-ttl at once; with a nanny Dask first asks the nanny, frozen
-        # or cut off too, to restart it and waits 30 s more (issue 44).
-        "nanny": False,
         "job_script_prologue": list(opts.job_script_prologue),
         "scheduler_options": scheduler,
         "n_workers": 0,

@@ -173,7 +173,11 @@ def _started(plan: Plan) -> Iterator[tuple[ClusterHandle, optuna.Study]]:
         yield cluster, study
 
 
-WORKER_TTL = "30s"  # a remote worker silent this long is gone (Dask's default: 5 minutes)
+# A remote worker silent this long is gone (Dask's default: 5 minutes). Dask then asks its
+# nanny to restart it and waits up to 30 s more (a frozen node's nanny is frozen too). Workers
+# keep their nanny: a worker without one, sent SIGTERM by its batch system while a trial ran,
+# hung in "closing" after its job was gone (issue 44).
+WORKER_TTL = "15s"
 
 
 def worker_ttl_setting() -> dict[str, str]:
