@@ -20,4 +20,4 @@ os.environ.setdefault("SPT_NOENV", "1")  # read by setproctitle at its first cal
 _real = _proctitle.setproctitle_mod
 if _real is not None:
     _proctitle.setproctitle_mod = SimpleNamespace(
-        setproctitle=lambda title: _real.setproctitle(title.replace(" ", "-")))
+        setproctitle=lambda title, real=_real: real.setproctitle(title.replace(" ", "-")))

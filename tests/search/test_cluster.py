@@ -142,6 +142,8 @@ def test_slurm_job_script_asks_for_one_job_per_trial_with_all_its_ranks() -> Non
     assert worker.startswith("/opt/venv/bin/python -m distributed.cli.dask_worker tcp://127.0.0.1:")
     assert f"--resources {MPI}=4" in worker
     assert "--nthreads 1" in worker and "--nworkers" not in worker  # one worker per job
+    # A process name without spaces, found by SLURM's proctrack/linuxproc (search/clusters/_proctitle.py).
+    assert "--preload search.clusters._proctitle" in worker
 
 
 def test_pbs_job_script_selects_chunks_with_mpiprocs() -> None:

@@ -4,7 +4,12 @@ launcher environment that ends an MPI step when one rank dies."""
 
 from __future__ import annotations
 
+import importlib
+import os
+from types import SimpleNamespace
+
 import dask
+import distributed.proctitle
 import pytest
 
 from search.driver._run import WORKER_TTL, worker_ttl_setting
@@ -64,3 +69,20 @@ def test_an_allocation_whose_steps_cannot_start_is_given_up_and_counts_as_a_lost
                                 f"{QUEUE_WAIT_S + 1:.0f} s"
     assert still_queued(output + "\nsrun: Step created for StepId=74.1", since=0.0,
                         now=QUEUE_WAIT_S + 1) == ""
+
+
+def test_a_batch_worker_names_its_process_without_spaces_and_keeps_its_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # SLURM's proctrack/linuxproc cannot parse a /proc/PID/stat whose name has spaces (scancel
+    # then left Dask's "dask worker [...]" running), and setproctitle writes over the environment
+    # unless SPT_NOENV is set (a search by environment tag then misses the worker).
+    titles: list[str] = []
+    monkeypatch.setattr(distributed.proctitle, "setproctitle_mod",
+                        SimpleNamespace(setproctitle=titles.append))
+    monkeypatch.delenv("SPT_NOENV", raising=False)
+    import search.clusters._proctitle as preload
+
+    importlib.reload(preload)
+    distributed.proctitle.setproctitle_mod.setproctitle("dask worker [tcp://10.213.0.11:4000]")
+    assert titles == ["dask-worker-[tcp://10.213.0.11:4000]"]
+    assert os.environ["SPT_NOENV"] == "1"
