@@ -25,6 +25,7 @@ from search.storage._checkpoint_store import check_store, fix_store
 from search.strategies._registry import build_sampler, pruner_spec, resolve
 from search.studyfile._study_file import StudyFile
 from training.contract import CHECKPOINT_ATTR, FREE_ON_RESTORE, USED_BY, TrainConfig
+from training.launch import pid_alive
 
 DRIVER_ATTR = "detol:driver"
 HEARTBEAT_ATTR = "detol:heartbeat"  # wall-clock time the owning driver last saw the trial alive
@@ -378,12 +379,4 @@ def _set_attr(study: optuna.Study, trial: optuna.Trial | FrozenTrial, key: str, 
 
 
 def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid == os.getpid() or pid_alive(pid)

@@ -38,6 +38,7 @@ from typing import Any
 
 from training.jobs._regroup import Shelf, regroup
 from training.jobs._trial import WrongRankCount, train_spec
+from training.launch._line import pid_alive
 
 POLL_S = 0.002  # sleep between two Test() calls of a pending control collective
 IDLE_POLL_S = 0.01  # the same while waiting for the next trial
@@ -63,12 +64,8 @@ def _watch_parent(pid: int) -> None:
     """Rank 0: exit hard when the Dask worker process is gone; MPI then ends every rank."""
     while True:
         time.sleep(PARENT_CHECK_S)
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not pid_alive(pid):
             os._exit(70)
-        except PermissionError:  # alive, owned by someone else
-            pass
 
 
 def _poll(request: Any, deadline: float | None = None, sleep: float = POLL_S) -> bool:

@@ -16,6 +16,7 @@ from training.launch._line import (
     job_env,
     launcher_argv,
     node_lost,
+    pid_alive,
     resolve_program,
     still_queued,
 )
@@ -23,6 +24,6 @@ from training.launch._warm_pool import idle_pools, run_warm_trial, shutdown_pool
 
 __all__ = [
     "DEFAULT_LAUNCHER", "SINGLE_NODE_ENV", "LauncherNotFound", "die_with_parent", "end_job",
-    "end_with_launcher", "idle_pools", "job_env", "launcher_argv", "node_lost", "resolve_program",
-    "run_trial", "run_warm_trial", "shutdown_pools", "still_queued",
+    "end_with_launcher", "idle_pools", "job_env", "launcher_argv", "node_lost", "pid_alive",
+    "resolve_program", "run_trial", "run_warm_trial", "shutdown_pools", "still_queued",
 ]

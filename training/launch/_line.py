@@ -114,6 +114,17 @@ _QUEUED = re.compile(r"srun: job (\d+) queued and waiting for resources")
 _STEP_WAIT = re.compile(r"srun: Job (\d+) step creation temporarily disabled, retrying")
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host (signal 0; another user's process counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _death_signal(sig: int) -> bool:
     """Ask the kernel for ``sig`` when this process's parent (strictly: the parent's thread that
     forked it) ends: ``prctl(PR_SET_PDEATHSIG)``. False where that cannot be had."""

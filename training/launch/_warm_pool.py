@@ -59,6 +59,7 @@ from training.launch._line import (
     first_error,
     job_env,
     launcher_argv,
+    pid_alive,
     still_queued,
     tail,
 )
@@ -236,16 +237,6 @@ def _dir_prefix() -> str:
     return f"{_DIR_PREFIX}{socket.gethostname()}-"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_pool_dirs(root: str | None = None) -> list[str]:
     """Remove the directories (socket, launcher log) of this host's pools whose worker process
     is gone: a worker killed with its batch job (SIGTERM, then SIGKILL) cannot clean up after a
@@ -256,7 +247,7 @@ def sweep_pool_dirs(root: str | None = None) -> list[str]:
         for entry in os.scandir(root or tempfile.gettempdir()):
             pid = entry.name[len(prefix):].split("-", 1)[0]
             if (entry.name.startswith(prefix) and pid.isdigit() and entry.is_dir()
-                    and not _pid_alive(int(pid))):
+                    and not pid_alive(int(pid))):
                 shutil.rmtree(entry.path, ignore_errors=True)
                 removed.append(entry.name)
     return removed
