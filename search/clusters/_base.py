@@ -198,7 +198,7 @@ def trial_task_durations(study_name: str | None = None) -> dict[str, str]:
     from dask.utils import key_split
 
     durations = _task_durations()
-    if study_name:  # the driver's keys are f"trial-{study}-{number}-{owner}"
+    if study_name:  # the driver's keys: search.driver._driver.Driver._task_key
         durations[key_split(f"trial-{study_name}-0-x")] = TRIAL_DURATION_ESTIMATE
     return durations
 

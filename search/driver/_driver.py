@@ -19,6 +19,7 @@ import os
 import queue
 import random
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -129,6 +130,10 @@ class Driver:
             self.checkpoints = {"store": store, "every": sf.checkpoints.every,
                                 "keep": sf.checkpoints.keep}
         self.owner = driver_id()
+        # Dask keys name this driver object, not only its process: a key still held from an
+        # earlier driver in the same process (a notebook, a test) would hand back that trial's
+        # result (Dask reuses a key's future).
+        self.task_prefix = f"{self.owner}-{uuid.uuid4().hex[:8]}"
         seed = sf.strategy.seed
         self.noise_seed = random.getrandbits(32) if seed is None else seed * 1_000_003
         self.simulated = is_benchmark(sf.objective)
@@ -213,7 +218,7 @@ class Driver:
         future = self.client.submit(
             run_trial_on_worker,
             spec,
-            key=f"trial-{self.study.study_name}-{trial.number}-{self.owner}",
+            key=self._task_key(trial),
             resources={MPI: config.ranks},
             pure=False,
             retries=0,  # the driver decides about retries, never Dask
@@ -256,7 +261,7 @@ class Driver:
         future = self.client.submit(
             run_function_trial,
             task,
-            key=f"trial-{self.study.study_name}-{trial.number}-{self.owner}",
+            key=self._task_key(trial),
             pure=False,
             retries=0,
         )
@@ -327,6 +332,10 @@ class Driver:
         except OSError:
             return None
         return str(path)
+
+    def _task_key(self, trial: optuna.Trial) -> str:
+        # search.clusters._base reads the prefix "trial-STUDY" (dask.utils.key_split)
+        return f"trial-{self.study.study_name}-{trial.number}-{self.task_prefix}"
 
     def _finished_elsewhere(self, trial: optuna.Trial) -> FrozenTrial | None:
         """The trial as stored, if something else already finished it: another driver's orphan

@@ -101,7 +101,7 @@ def test_an_mpi_trial_is_submitted_with_its_spec_and_no_dask_retry(
     ((sent,),) = driver.client.sent
     assert isinstance(sent, TrialSpec) and isinstance(sent.config, TrainConfig)
     assert driver.owner == f"{socket.gethostname()}:{os.getpid()}"  # see recover_orphans
-    assert kwargs == {"key": f"trial-d-{trial.number}-{driver.owner}", "resources": {MPI: 2},
+    assert kwargs == {"key": f"trial-d-{trial.number}-{driver.task_prefix}", "resources": {MPI: 2},
                       "pure": False, "retries": 0}
     assert spec["config"]["ranks"] == 2 and spec["config"]["lr"] == trial.params["lr"]
     assert spec["config"]["epochs"] == 4 and spec["config"]["dataset"] == "digits"
@@ -312,7 +312,7 @@ def test_a_function_trial_carries_the_noise_seed_the_benchmarks_reproduce(
     assert (run.ranks, run.sim_start, run.continuation) == (1, 0.0, False)
     (_, (first,), _), (func, (task,), kwargs) = driver.client.submitted
     assert func is run_function_trial
-    assert kwargs == {"key": f"trial-f-1-{driver.owner}", "pure": False, "retries": 0}
+    assert kwargs == {"key": f"trial-f-1-{driver.task_prefix}", "pure": False, "retries": 0}
     # benchmarks/_common (peers, flat): noise seed = strategy seed * 1_000_003 + trial number
     assert (first["noise_seed"], task["noise_seed"]) == (7 * 1_000_003, 7 * 1_000_003 + 1)
     assert task["params"] == {"x": study.trials[1].params["x"]}
@@ -367,6 +367,25 @@ def test_a_run_past_its_timeout_starts_nothing_more(
     counts = driver.run(trials=10, concurrency=1, timeout=0.5)
     assert counts.stopped_because == "budget.timeout of 0.5 s reached"
     assert counts.complete == 1 and [t.state for t in study.trials] == [TrialState.COMPLETE]
+
+
+def test_two_drivers_in_one_process_never_share_a_trial_s_result(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dask_client: Any) -> None:
+    # A notebook runs a study, then another of the same name on another storage, on one client.
+    # While a future of the first driver's trial 0 is held, a Dask key shared by the second
+    # driver's trial 0 would hand it that task's answer instead of running it.
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first, _ = _loop(tmp_path / "a", monkeypatch, dask_client, "    return 5.0\n", {"trials": 1})
+    first.run(trials=1, concurrency=1, timeout=None)
+    held = dask_client.submit(lambda: {"state": "failed", "exit_reason": "not this trial's"},
+                              key=first._task_key(first.study.trials[0]), pure=False)  # noqa: SLF001
+    second, study = _loop(tmp_path / "b", monkeypatch, dask_client, "    return params['x']\n",
+                          {"trials": 1})
+    second.run(trials=1, concurrency=1, timeout=None)
+    assert study.trials[0].state is TrialState.COMPLETE, study.trials[0].user_attrs
+    assert study.trials[0].values == [study.trials[0].params["x"]]
+    held.release()
 
 
 def test_a_cluster_that_fails_fails_the_running_trials_and_requeues_them(
