@@ -11,6 +11,7 @@ import contextlib
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import optuna
@@ -41,6 +42,10 @@ def _healed_and_empty(nodes_env: dict[str, str]) -> None:
     assert soak.wait_until(lambda: not node_faults.batch_jobs(), 30)
 
 
+# The launcher environment of the shipped study (UCX over TCP, the nodes' eth0 only).
+_STUDY_ENV = tomllib.loads((ROOT / "studies" / "two-nodes.toml").read_text())["launcher"]["env"]
+
+
 def _veth_bytes() -> dict[str, int]:
     """Bytes each node has sent (received on the host end of its veth)."""
     return {n: int(Path(f"/sys/class/net/dtlv{n[7:]}/statistics/rx_bytes").read_text())
@@ -64,7 +69,8 @@ def test_the_two_node_study_runs_its_ranks_across_nodes_and_the_network(
     assert proc.returncode == 0, proc.stdout + proc.stderr
     trials = optuna.load_study(study_name="two-nodes",
                                storage=open_storage(str(tmp_path / "s.journal"))).trials
-    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2, (
+        [t.user_attrs.get("exit_reason") for t in trials], proc.stdout)
     hosts = [t.user_attrs["hosts"] for t in trials]
     assert all(len(h) == 2 and all(n.startswith("detol-n") for n in h) for h in hosts), hosts
     assert trials[1].user_attrs["wall_time_s"] < trials[0].user_attrs["wall_time_s"] / 2  # warm
@@ -87,7 +93,7 @@ def _train(tmp: Path, name: str, launcher: str, ranks: int, hosts: int,
     spec = TrialSpec(
         config={"dataset": "digits", "epochs": 2, "batch_size": 64, "hidden": 32, "ranks": ranks,
                 "seed": 5, "optimizer": "sgd", "momentum": 0.9, **config},
-        launcher=launcher, env={"SLURM_CONF": NODES_CONF, "UCX_TLS": "tcp,self"},
+        launcher=launcher, env={"SLURM_CONF": NODES_CONF, **_STUDY_ENV},
         weights_path=str(tmp / f"{name}.pt"), timeout_s=180, report=False)
     result = run_trial(spec)
     assert result["state"] == "complete" and result["values"]["val_accuracy"] > 0.6, result
