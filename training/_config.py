@@ -18,7 +18,9 @@ from training.pruning import (
 )
 
 ACTIVATIONS = ("relu", "tanh", "gelu", "silu")
-OPTIMIZERS = ("sgd", "adam")
+OPTIMIZERS = ("sgd", "adam", "adamw")  # or a "module:function" plug-in
+SCHEDULES = ("constant", "cosine", "step", "linear")  # or a "module:function" plug-in
+PRECISIONS = ("fp32", "bf16", "fp16")
 # Fields a study's [space] may search. The rest describe the experiment, not the candidate.
 _FIELDS = (
     "lr",
@@ -26,6 +28,10 @@ _FIELDS = (
     "momentum",
     "weight_decay",
     "optimizer",
+    "lr_schedule",
+    "warmup_epochs",
+    "grad_clip",
+    "precision",
     "hidden",
     "layers",
     "activation",
@@ -59,7 +65,26 @@ class TrainConfig(BaseModel):
     lr: float = Field(0.05, gt=0, description="learning rate")
     momentum: float = Field(0.9, ge=0, lt=1, description="sgd momentum")
     weight_decay: float = Field(0.0, ge=0, description="L2 penalty")
-    optimizer: Literal["sgd", "adam"] = Field("sgd", description="the optimizer every rank runs")
+    optimizer: str = Field(
+        "sgd", description="sgd, adam, adamw, or build(params, model_parameters) -> "
+        "torch.optim.Optimizer as module:function; every rank runs it")
+    lr_schedule: str = Field(
+        "constant", description="constant, cosine, step (x step_gamma every step_epochs), "
+        "linear (to 0), or factor(progress, params) -> float as module:function (progress: "
+        "0 at the start of training, 1 at its end); the lr is lr x factor")
+    lr_every: Literal["step", "epoch"] = Field(
+        "step", description="when the schedule's factor changes: every optimizer step or at "
+        "each epoch's start")
+    warmup_epochs: float = Field(
+        0.0, ge=0, description="linear warmup from 0 to the schedule's lr over this many epochs")
+    step_epochs: int = Field(1, ge=1, description="lr_schedule = step: epochs between steps")
+    step_gamma: float = Field(0.1, gt=0, le=1, description="lr_schedule = step: factor per step")
+    grad_clip: float | None = Field(
+        None, gt=0, description="clip the gradient's global norm to this (sync: the reduced "
+        "gradient)")
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        "fp32", description="bf16: autocast on CPU and CUDA; fp16: autocast and a gradient "
+        "scaler, CUDA only")
     hidden: int = Field(128, ge=1, description="built-in MLP: units per hidden layer")
     layers: int = Field(2, ge=0, le=64, description="built-in MLP: hidden layers")
     activation: Literal["relu", "tanh", "gelu", "silu"] = Field(
@@ -98,7 +123,18 @@ class TrainConfig(BaseModel):
     # What users bring (training.plugins._plugins): "package.module:function" names, resolved on
     # the ranks.
     model: str | None = Field(None, description="build(params, data) -> torch.nn.Module")
-    loss: str | None = Field(None, description="make_loss(params) -> (output, target) -> mean")
+    loss: str | None = Field(
+        None, description='make_loss(params) -> (output, target) -> mean, or "model": the '
+        "model computes its own loss (its output's loss; Hugging Face models do when given "
+        "the labels)")
+    loss_gets: Literal["prediction", "output"] = Field(
+        "prediction", description="what the loss plug-in gets: the prediction (a tensor; a "
+        "tuple output's first element, a mapping's logits) or the model's whole output")
+    target: str | None = Field(
+        None, description='dict samples: the target\'s key (default "labels", else "label")')
+    inputs: str | None = Field(
+        None, description="dict samples: the one key the model is called with (default: all "
+        "keys but the target; one left: model(value), several: model(**keys))")
     metrics: str | None = Field(None, description="metrics(output, target) -> {name: mean}")
     task: Literal["classification", "regression"] = Field(
         "classification", description="regression: MSE loss, val_loss and val_mae"
@@ -119,18 +155,41 @@ class TrainConfig(BaseModel):
 
     @field_validator("model", "loss", "metrics")
     @classmethod
-    def _plugin_name(cls, value: str | None) -> str | None:
-        return None if value is None else check_name(value)
+    def _plugin_name(cls, value: str | None, info: Any) -> str | None:
+        if value is None or (info.field_name == "loss" and value == "model"):
+            return value
+        return check_name(value)
+
+    @field_validator("optimizer")
+    @classmethod
+    def _optimizer(cls, value: str) -> str:
+        if value in OPTIMIZERS or ":" in value:
+            return value if value in OPTIMIZERS else check_name(value)
+        raise ValueError(f"{value!r} is not one of {', '.join(OPTIMIZERS)} or a "
+                         "'package.module:function' plug-in")
+
+    @field_validator("lr_schedule")
+    @classmethod
+    def _schedule(cls, value: str) -> str:
+        if value in SCHEDULES or ":" in value:
+            return value if value in SCHEDULES else check_name(value)
+        raise ValueError(f"{value!r} is not one of {', '.join(SCHEDULES)} or a "
+                         "'package.module:function' plug-in")
 
     @property
     def takes_free_params(self) -> bool:
         """Whether [space] may name parameters of the user's own (model or loss plug-in)."""
-        return self.model is not None or self.loss is not None
+        return self.model is not None or (self.loss is not None and self.loss != "model") or (
+            ":" in self.optimizer or ":" in self.lr_schedule)
 
     @property
     def plugins(self) -> dict[str, str]:
         """The plug-in keys that are set, by study-file key (``training.model``: name)."""
-        named = {"model": self.model, "loss": self.loss, "metrics": self.metrics}
+        named = {"model": self.model, "loss": self.loss if self.loss != "model" else None,
+                 "metrics": self.metrics}
+        for key in ("optimizer", "lr_schedule"):
+            if ":" in getattr(self, key):
+                named[key] = getattr(self, key)
         if ":" in self.dataset:
             named["dataset"] = self.dataset
         return {f"training.{k}": v for k, v in named.items() if v is not None}

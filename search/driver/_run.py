@@ -112,7 +112,7 @@ def plan_run(study_file: Path, *, storage: str | None, trials: int | None,
         except PluginError as exc:
             raise StudyError(exc.key, exc.message) from None
     if sf.objective is None and (own or sf.training.task != "classification"):
-        check_trial_plugins(sf)  # in a fresh Python with [launcher] env, on any cluster
+        check_trial_plugins(sf, plan.notes)  # a fresh Python with [launcher] env, any cluster
     elif sf.objective is None and plan.cluster.backend == "local":
         try:  # trials here load it here: find out now, not after five failed trials
             check_dataset_loads(sf.training.dataset, sf.launcher.env)
@@ -133,10 +133,12 @@ def one_trial_config(sf: StudyFile) -> dict[str, Any]:
     return config.model_dump()
 
 
-def check_trial_plugins(sf: StudyFile) -> None:
-    """StudyError naming the key unless the study's plug-ins import, build and run once."""
+def check_trial_plugins(sf: StudyFile, notes: list[str] | None = None) -> None:
+    """StudyError naming the key unless the study's plug-ins import, build and run once; what
+    is likely wrong but allowed goes to ``notes`` (printed as ``note:`` lines)."""
     try:
-        check_plugins(one_trial_config(sf), sf.launcher.env, objectives=sf.objectives)
+        check_plugins(one_trial_config(sf), sf.launcher.env, objectives=sf.objectives,
+                      warnings=notes)
     except PluginError as exc:
         raise StudyError(exc.key, exc.message) from None
     except ValueError as exc:  # a parameter the config refuses: what a trial would fail on

@@ -20,6 +20,7 @@ from tests.cli_helpers import run_search
 from training.contract import PluginError, TrainConfig, check_plugins, open_storage
 
 JOBS = Path(__file__).resolve().parents[1] / "mpi_jobs"  # _user_plugins.py lives there
+R = "_research_plugins"  # tests/mpi_jobs/_research_plugins.py: research code's shapes
 ENV = {"PYTHONPATH": str(JOBS)}
 
 
@@ -84,6 +85,40 @@ BAD = [
      "training.loss: not_a_loss() returned int, expected a function (output, target) -> loss"),
     ({"dataset": "_user_plugins:no_such_function"},
      "training.dataset: module '_user_plugins' has no function 'no_such_function'"),
+    ({"dataset": f"{R}:dict_digits_target_y"},
+     "training.target: the samples are dicts with keys ['pixels', 'y'] and none of ['labels', "
+     "'label']: set [training] target = KEY"),
+    ({"dataset": f"{R}:dict_digits", "target": "label"},
+     "training.target: the samples are dicts with keys ['labels', 'pixels'], none is 'label'"),
+    ({"model": f"{R}:no_logits_model"},
+     "training.model: the model's output is a dict with keys ['scores'] and no 'logits' for "
+     "the prediction"),
+    ({"model": f"{R}:tuple_model", "loss": "model"},
+     'training.loss: "model" (the model computes its own loss) needs dict samples, whose '
+     "target key the model is given; the samples are (inputs, target) pairs"),
+    ({"model": f"{R}:keywords_no_loss_model", "dataset": f"{R}:dict_digits", "loss": "model"},
+     "training.loss: \"model\": the model's output has no loss (a Hugging Face model computes "
+     "one when it is given the labels: are they in the samples under [training] target?)"),
+    ({"model": "_user_plugins:build", "optimizer": f"{R}:half_of_them"},
+     "training.optimizer: half_of_them() optimizes 1 tensors, the model has 6 parameters: give "
+     "it all of model_parameters (each once)"),
+    ({"model": f"{R}:elementwise_model", "objectives": ["val_accuracy", "flops"]},
+     "metric: 'flops' cannot be counted for this model (torch's FlopCounterMode saw no matrix "
+     "product or convolution in its forward pass on a training sample): trials would not report "
+     "it"),
+]
+# Research code's shapes that the check passes (the metrics its trials report).
+SHAPES = [
+    ({"model": "_user_plugins:build", "dataset": f"{R}:dict_digits"}, "val_loss, val_accuracy"),
+    ({"model": f"{R}:tuple_model", "metrics": "_user_plugins:top2"},
+     "val_loss, val_accuracy, val_top2"),
+    ({"model": f"{R}:mapping_model", "objectives": ["val_accuracy", "flops"]},
+     "val_loss, val_accuracy"),
+    ({"model": f"{R}:tiny_bert", "dataset": f"{R}:token_digits", "loss": "model",
+      "optimizer": "adamw", "lr_schedule": "cosine", "warmup_epochs": 0.5,
+      "precision": "bf16", "objectives": ["val_accuracy", "flops"]}, "val_loss, val_accuracy"),
+    ({"model": "_user_plugins:build", "optimizer": f"{R}:nesterov",
+      "lr_schedule": f"{R}:halve_late"}, "val_loss, val_accuracy"),
 ]
 # The checks of GOOD and of each BAD study in ONE fresh Python with ENV (torch imported once,
 # not once per case): the check's own code (training.plugins.check._run) on each request.
@@ -96,7 +131,7 @@ from training.plugins._plugins import PluginError
 lines = []
 for request in json.loads(sys.stdin.read()):
     try:
-        lines.append("ok: " + ", ".join(_run(request, {})))
+        lines.append("ok: " + ", ".join(_run(request, {})[0]))
     except PluginError as exc:
         lines.append(str(exc))
 print(json.dumps(lines))
@@ -106,8 +141,13 @@ print(json.dumps(lines))
 @pytest.fixture(scope="module")
 def checked() -> list[str]:
     """The one line of each of GOOD, *BAD, as the up-front check gives it."""
-    requests = [{"config": TrainConfig(**{"dataset": "digits", **t}).model_dump(),
-                 "objectives": ["val_loss"]} for t in [GOOD, *(t for t, _ in BAD)]]
+    def request(t: dict) -> dict:
+        objectives = t.get("objectives", ["val_loss"])
+        t = {k: v for k, v in t.items() if k != "objectives"}
+        return {"config": TrainConfig(**{"dataset": "digits", **t}).model_dump(),
+                "objectives": objectives}
+
+    requests = [request(t) for t in [GOOD, *(t for t, _ in BAD), *(t for t, _ in SHAPES)]]
     proc = subprocess.run([sys.executable, "-c", _MANY], input=json.dumps(requests),
                           env={**os.environ, **ENV}, capture_output=True, text=True,
                           timeout=300, check=True)
@@ -122,6 +162,29 @@ def test_good_plugins_pass_the_check_and_name_their_metrics(checked: list[str]) 
                          ids=[next(iter(t.values())) for t, _ in BAD])
 def test_each_bad_plugin_gives_its_one_line(checked: list[str], case: int, line: str) -> None:
     assert checked[case] == line
+
+
+@pytest.mark.parametrize(("case", "names"),
+                         [(1 + len(BAD) + i, names) for i, (_, names) in enumerate(SHAPES)],
+                         ids=["dict-samples", "tuple-output", "mapping-output", "hf-own-loss",
+                              "optimizer-and-schedule-plugins"])
+def test_research_code_shapes_pass_the_check(checked: list[str], case: int, names: str) -> None:
+    assert checked[case] == f"ok: {names}"
+
+
+def test_a_summed_loss_passes_with_a_one_line_warning() -> None:
+    config = TrainConfig(dataset="digits", model="_user_plugins:build",
+                         loss=f"{R}:summed_loss").model_dump()
+    warnings: list[str] = []
+    assert check_plugins(config, ENV, objectives=["val_loss"], warnings=warnings)
+    (line,) = warnings
+    assert line.startswith("training.loss: the loss of 2 samples is the sum of their losses (")
+    assert line.endswith("not their mean: a trial divides each batch's loss by its samples "
+                         "itself, so use reduction='mean'")
+    warnings.clear()  # the mean: no warning
+    check_plugins({**config, "loss": "_user_plugins:mean_loss"}, ENV, objectives=["val_loss"],
+                  warnings=warnings)
+    assert warnings == []
 
 
 def test_a_package_of_the_users_named_like_ours_is_found_shadowing(

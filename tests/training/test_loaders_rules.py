@@ -99,23 +99,23 @@ class _Folder(torch.utils.data.Dataset):  # type: ignore[type-arg]
 
 def test_torch_datasets_are_read_lazily_and_described_from_their_first_sample() -> None:
     folder = TorchDatasets(_Folder(7, classes=["a", "b", "c"]), _Folder(2))
-    data = loaders._from_torch(folder, "classification")  # noqa: SLF001
+    data = loaders._from_torch(folder, TrainConfig(task="classification"))  # noqa: SLF001
     assert not data.in_memory and data.train is folder.train and data.test is None
     assert (data.info.input_shape, data.info.n_classes, data.info.n_train) == ((3, 4, 5), 3, 7)
     given = TorchDatasets(_Folder(7), _Folder(2), n_classes=5, input_shape=(60,))
-    info = loaders._from_torch(given, "classification").info  # noqa: SLF001
+    info = loaders._from_torch(given, TrainConfig(task="classification")).info  # noqa: SLF001
     assert (info.input_shape, info.n_classes) == ((60,), 5)
     with pytest.raises(PluginError, match="^training.dataset: cannot tell the number of "
                        "classes: pass TorchDatasets"):
-        loaders._from_torch(TorchDatasets(_Folder(7), _Folder(2)), "classification")  # noqa: SLF001
+        loaders._from_torch(TorchDatasets(_Folder(7), _Folder(2)), TrainConfig(task="classification"))  # noqa: SLF001
 
 
 def test_a_torch_regression_set_counts_its_targets() -> None:
     sized = TorchDatasets(_Folder(4, y=torch.zeros(2, 2)), _Folder(1))
-    info = loaders._from_torch(sized, "regression").info  # noqa: SLF001
+    info = loaders._from_torch(sized, TrainConfig(task="regression")).info  # noqa: SLF001
     assert (info.n_targets, info.n_classes, info.task) == (4, None, "regression")
     named = TorchDatasets(_Folder(4, y=torch.zeros(2)), _Folder(1), n_targets=3)
-    assert loaders._from_torch(named, "regression").info.n_targets == 3  # noqa: SLF001
+    assert loaders._from_torch(named, TrainConfig(task="regression")).info.n_targets == 3  # noqa: SLF001
 
 
 def test_a_built_in_set_or_a_plug_ins_datasets_become_the_trials_data(
@@ -225,7 +225,7 @@ def test_the_splits_stay_apart() -> None:
     assert torch.equal(data.test.x, torch.as_tensor(x[9:]))
     assert data.info.input_shape == (5,)
     folder = TorchDatasets(_Folder(5), _Folder(2), _Folder(3), n_classes=2)
-    lazy = loaders._from_torch(folder, "classification")  # noqa: SLF001
+    lazy = loaders._from_torch(folder, TrainConfig(task="classification"))  # noqa: SLF001
     assert lazy.val is folder.val and lazy.test is folder.test
 
 

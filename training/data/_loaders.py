@@ -120,8 +120,14 @@ def from_arrays(ds: Dataset, task: str) -> TrainData:
     return TrainData(info, split[0], split[1], split[2] if len(ds.x_test) else None)
 
 
-def _from_torch(ds: TorchDatasets, task: str) -> TrainData:
-    x0, y0 = ds.train[0]
+def _from_torch(ds: TorchDatasets, config: TrainConfig) -> TrainData:
+    from training.data._batches import BatchShape
+
+    task = config.task
+    # A (x, y) pair or a dict (training.data._batches): its inputs and target.
+    x0, y0 = BatchShape(target=config.target, inputs=config.inputs).split(ds.train[0])
+    if isinstance(x0, dict):  # several inputs (model(**keys)): the first one's shape
+        x0 = next(iter(x0.values()))
     shape = ds.input_shape or tuple(int(s) for s in torch.as_tensor(x0).shape)
     n_classes = n_targets = None
     if task == "classification":
@@ -149,7 +155,7 @@ def load_train_data(config: TrainConfig) -> TrainData:
     if isinstance(got, Dataset):
         return from_arrays(got, config.task)
     if isinstance(got, TorchDatasets):
-        return _from_torch(got, config.task)
+        return _from_torch(got, config)
     raise PluginError("training.dataset", f"{func}() returned {type(got).__name__}, expected "
                       "training.Dataset or training.TorchDatasets")
 

@@ -33,7 +33,9 @@ from training.data import (
     load_train_data,
     make_loader,
 )
-from training.models import flops
+from training.data._batches import BatchShape, rows, to_device
+from training.jobs._optim import Precision, Schedule, make_optimizer
+from training.models import count_flops
 from training.plugins import build_model, make_batch_sums, make_loss
 from training.pruning import UnitPruning, rebuild, resize, step_at, widths
 from training.session import PAUSE, STOP, Reporter, Session, pick_device
@@ -53,7 +55,7 @@ class TrainResult:
     samples_per_s: float = 0.0
     first_step_time: float | None = None
     n_params: int = 0
-    flops: int = 0
+    flops: int | None = None  # per sample; None: not countable for this model (never 0)
     test_accuracy: float | None = None
     counters: dict[str, int] = field(default_factory=dict)
     slowdown_sleep_s: float = 0.0  # seconds all ranks slept to honour [training] slowdown
@@ -106,13 +108,19 @@ class Trainer:
         self.data = _as_train_data(data, config)
         torch.manual_seed(config.seed)  # same initial weights on every rank ...
         self.model = build_model(config, self.data.info).to(self.device)
-        self.flops = flops(self.model, self.data.info.input_shape)
+        self.shape = BatchShape.of(config)
+        self.precision = Precision(config.precision, self.device)
+        # One real training sample (the user's dtype: token ids count too) for the FLOPs.
+        self.sample = self.shape.split(_first_sample(self.data.train))[0]
+        self.flops = count_flops(self.model, self.sample)
         # Pruning during training (training/pruning/_units.py): refuses a model it cannot prune.
         self.pruning = UnitPruning(config.prune, self.model, comm) if config.prune else None
         torch.manual_seed(config.seed * 1000 + comm.rank + 1)  # ... different dropout per rank
         self.algorithm = self.make_algorithm()
         self.algorithm.broadcast_parameters(root=0)  # ... and rank 0's are the ones that count
-        self.optimizer = self._make_optimizer()
+        self.optimizer = make_optimizer(config, self.model)
+        self.schedule = Schedule(config)
+        self.schedule.attach(self.optimizer)
         self.sum_loss = make_loss(config, summed=True)  # the batch's summed training loss
         self.batch_sums = make_batch_sums(config)  # validation: sums that add up exactly
         if self.data.in_memory and self.device.type != "cpu":  # small: kept on the device
@@ -144,32 +152,25 @@ class Trainer:
                               send_every=c.send_every, local_steps=c.local_steps,
                               bucket_bytes=c.bucket_kb * 1024, seed=c.seed)
 
-    def _make_optimizer(self) -> torch.optim.Optimizer:
-        c = self.config
-        if c.optimizer == "adam":
-            return torch.optim.Adam(self.model.parameters(), lr=c.lr, weight_decay=c.weight_decay)
-        return torch.optim.SGD(
-            self.model.parameters(), lr=c.lr, momentum=c.momentum, weight_decay=c.weight_decay
-        )
-
     @property
     def n_params(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
 
     def _step(self, batch: Any, global_batch: int, last_in_epoch: bool) -> float:
-        """One step of this rank on its ``batch`` (None or empty: no rows, sync still steps; the
+        """One step of this rank on its ``batch`` (None: no rows, sync still steps; the
         samplers no longer give such a batch); returns its summed loss."""
-        n = 0 if batch is None else len(batch[0])
+        inputs, y = (None, None) if batch is None else self.shape.split(batch)
+        n = 0 if y is None else rows(y)
         self.algorithm.zero_grad()
         divisor = self.algorithm.loss_divisor(
             local_batch=n, global_batch=global_batch, epoch_size=self.n_train
         )
         self.pace.start()
         if n:
-            x = batch[0].to(self.device, non_blocking=True)
-            y = batch[1].to(self.device, non_blocking=True)
-            loss_sum = self.sum_loss(self.model(x), y)
-            (loss_sum / divisor).backward()
+            inputs, y = to_device(inputs, self.device), to_device(y, self.device)
+            with self.precision.autocast():
+                loss_sum = self.sum_loss(self.shape.forward(self.model, inputs), y)
+            self.precision.scale(loss_sum / divisor).backward()
             local_loss = float(loss_sum.detach())
             self.rows_read += n
         else:
@@ -178,7 +179,10 @@ class Trainer:
         if self.algorithm.before_step(last_in_epoch):  # sync: waits for all ranks
             if self.pruning is not None:
                 self.pruning.after_backward(self.model)  # taylor's sums, the sparsity penalty
-            self.optimizer.step()
+            if self.config.grad_clip is not None:  # sync: the reduced gradient, every rank alike
+                self.precision.unscale(self.optimizer)
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+            self.precision.step(self.optimizer)
             self.algorithm.after_step()
             self.steps += 1
         return local_loss
@@ -192,11 +196,15 @@ class Trainer:
             self.first_step_time = time.time()
         if isinstance(self.sampler, ClaimedBatches):  # a fast rank takes more batches
             global_batch = self.sampler.local * self.comm.size
-            for batch in self.loader:
+            # the schedule's clock: the epoch's claimed batches, shared by all ranks
+            share = max(1, self.sampler.batches // self.comm.size)
+            for i, batch in enumerate(self.loader):
+                self.schedule.apply(self.optimizer, epoch, i, share)
                 loss += self._step(batch, global_batch, last_in_epoch=False)
         else:
             last = len(self.sampler) - 1
             for i, batch in enumerate(self.loader):
+                self.schedule.apply(self.optimizer, epoch, i, last + 1)
                 loss += self._step(batch, self.sampler.global_batch(i), last_in_epoch=i == last)
         (total,) = _sum_over_ranks(self.comm, [loss])  # waits for all ranks
         if self.claims is not None:
@@ -215,13 +223,17 @@ class Trainer:
         sums: dict[str, float] = {}
         count = 0
         for batch in make_loader(dataset, shard, workers=0, device=self.device):
-            if batch is None or not len(batch[0]):
+            if batch is None:
                 continue
-            x = batch[0].to(self.device, non_blocking=True)
-            y = batch[1].to(self.device, non_blocking=True)
-            for name, value in self.batch_sums(self.model(x), y).items():
+            inputs, y = self.shape.split(batch)
+            if not rows(y):
+                continue
+            inputs, y = to_device(inputs, self.device), to_device(y, self.device)
+            with self.precision.autocast():
+                output = self.shape.forward(self.model, inputs)
+            for name, value in self.batch_sums(_as_float(output), y).items():
                 sums[name] = sums.get(name, 0.0) + value
-            count += len(x)
+            count += rows(y)
         names = self._metric_names(sums)
         return self.session.reduce({m: (sums.get(m, 0.0), count) for m in names})
 
@@ -237,6 +249,7 @@ class Trainer:
         return {
             "model": self.state_dict(),
             "optimizer": self.optimizer.state_dict(),
+            "scaler": self.precision.state_dict(),
             "algorithm": self.algorithm.state_dict(),
             "torch_rng": torch.get_rng_state(),
             # dropout on a GPU draws from the device's generator, not the CPU's
@@ -254,6 +267,8 @@ class Trainer:
             self.pruning.load_state_dict(state.get("pruning"))
         self.model.load_state_dict(state["model"])  # copies in place: ASGD's flat views hold
         self.optimizer.load_state_dict(state["optimizer"])
+        self.schedule.attach(self.optimizer)
+        self.precision.load_state_dict(state.get("scaler"))
         self.algorithm.load_state_dict(state["algorithm"])
         torch.set_rng_state(state["torch_rng"])
         if state.get("cuda_rng") is not None and self.device.type == "cuda":
@@ -268,7 +283,7 @@ class Trainer:
                       self.make_algorithm)
         if new is not None:
             self.algorithm = new
-            self.flops = flops(self.model, self.data.info.input_shape)
+            self.flops = count_flops(self.model, self.sample)
 
     def _restore_widths(self, sizes: list[int] | None) -> None:
         """Before a checkpoint's state is loaded: shrink the dense model to its widths."""
@@ -276,7 +291,7 @@ class Trainer:
             return
         resize(self.model, list(sizes), self.optimizer)
         self.algorithm = rebuild(self.algorithm, self.model, self.optimizer, self.make_algorithm)
-        self.flops = flops(self.model, self.data.info.input_shape)
+        self.flops = count_flops(self.model, self.sample)
 
     def _resume(self) -> tuple[int, list[dict[str, float]], float]:
         """(first epoch to run, the curve so far, training seconds already spent), from the
@@ -306,7 +321,7 @@ class Trainer:
                 "train_loss": train_loss,
                 **{f"val_{name}": value for name, value in val.items()},
                 "n_params": float(self.n_params),
-                "flops": float(self.flops),
+                **({} if self.flops is None else {"flops": float(self.flops)}),
                 # wall seconds of training so far, consensus evaluations included: with
                 # val_accuracy, what decides "which algorithm wins on this allocation"
                 "train_time_s": session.train_time_s(),
@@ -367,6 +382,28 @@ class Trainer:
 
     def state_dict(self) -> dict[str, Any]:
         return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+
+
+def _first_sample(dataset: Any) -> Any:
+    """The first training sample as a batch of one (collated as the loader collates)."""
+    if isinstance(dataset, InMemory):
+        return dataset.__getitems__([0])
+    from training.data import collate
+
+    return collate([dataset[0]])
+
+
+def _as_float(output: Any) -> Any:
+    """Autocast outputs (bf16, fp16) back in float32 for the exact validation sums."""
+    if isinstance(output, torch.Tensor):
+        return output.float() if output.is_floating_point() else output
+    if isinstance(output, dict):
+        return {k: _as_float(v) for k, v in output.items()}
+    if hasattr(output, "to_tuple") and hasattr(output, "keys"):  # a ModelOutput
+        return {k: _as_float(output[k]) for k in output.keys()}
+    if isinstance(output, tuple | list):
+        return type(output)(_as_float(v) for v in output)
+    return output
 
 
 def _as_train_data(data: TrainData | Dataset | None, config: TrainConfig) -> TrainData:

@@ -9,7 +9,7 @@ __getattr__ = lazy(__name__, {
     "build_genome_model": "_genome",
     "model_cost": "_genome",
     "build_mlp": "_mlp",
-    "flops": "_flops",
+    "count_flops": "_flops",
 })
 
-__all__ = ["ModelCost", "build_genome_model", "build_mlp", "flops", "model_cost"]
+__all__ = ["ModelCost", "build_genome_model", "build_mlp", "count_flops", "model_cost"]

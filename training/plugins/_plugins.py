@@ -4,7 +4,8 @@ The study file's ``[training]`` keys (all optional)::
 
     model   = "pkg.mod:build"       # build(params, data: DataInfo) -> torch.nn.Module
     dataset = "pkg.mod:load"        # load(val_fraction) -> Dataset | TorchDatasets
-    loss    = "pkg.mod:make_loss"   # make_loss(params) -> (output, target) -> mean loss
+    loss    = "pkg.mod:make_loss"   # make_loss(params) -> (output, target) -> mean loss,
+                                    # or "model": the model computes its own (output.loss)
     metrics = "pkg.mod:metrics"     # metrics(output, target) -> {name: batch mean}
     task    = "regression"          # MSE loss, val_loss and val_mae (default "classification")
 
@@ -154,36 +155,55 @@ def _mse(output: Any, target: Any) -> Any:
     return F.mse_loss(output.reshape(target.shape), target.to(output.dtype))
 
 
+def _on_prediction(loss: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``loss`` applied to the prediction in a model's output (training.data._batches)."""
+    from training.data._batches import prediction
+
+    return lambda output, target: loss(prediction(output), target)
+
+
 def make_loss(config: Any, *, summed: bool = False) -> Callable[[Any, Any], Any]:
-    """(output, target) -> the batch's MEAN loss: the ``loss`` plug-in's, MSE for regression,
-    cross-entropy for classification. ``summed``: the batch's sum instead (the mean times the
-    batch size; the built-in cross-entropy sums directly, one operation fewer)."""
+    """(output, target) -> the batch's MEAN loss: the model's own (``loss = "model"``: its
+    output's ``loss``), the ``loss`` plug-in's, MSE for regression, cross-entropy for
+    classification. ``output`` is the model's whole output; all but the model's own loss and
+    a plug-in with ``loss_gets = "output"`` see its prediction (training.data._batches).
+    ``summed``: the batch's sum instead (the mean times the batch's rows; the built-in
+    cross-entropy sums directly, one operation fewer)."""
     if summed:
         if config.loss is None and config.task == "classification":
             from torch import nn
 
-            return nn.CrossEntropyLoss(reduction="sum")
+            return _on_prediction(nn.CrossEntropyLoss(reduction="sum"))
         mean = make_loss(config)
-        return lambda output, target: mean(output, target) * len(output)
+        return lambda output, target: mean(output, target) * len(target)
+    if config.loss == "model":
+        from training.data._batches import own_loss
+
+        return lambda output, target: own_loss(output)
     if config.loss is not None:
         func = config.loss.partition(":")[2]
         loss = resolve("training.loss", config.loss)(config.plugin_params())
         if not callable(loss):
             raise PluginError("training.loss", f"{func}() returned {type(loss).__name__}, "
                               "expected a function (output, target) -> loss")
-        return loss  # type: ignore[no-any-return]
+        return loss if config.loss_gets == "output" else _on_prediction(loss)
     if config.task == "regression":
-        return _mse
+        return _on_prediction(_mse)
     from torch import nn
 
-    return nn.CrossEntropyLoss()
+    return _on_prediction(nn.CrossEntropyLoss())
 
 
 def _accuracy(output: Any, target: Any) -> dict[str, float]:
-    return {"accuracy": float((output.argmax(dim=1) == target).float().mean())}
+    from training.data._batches import prediction
+
+    return {"accuracy": float((prediction(output).argmax(dim=1) == target).float().mean())}
 
 
 def _mae(output: Any, target: Any) -> dict[str, float]:
+    from training.data._batches import prediction
+
+    output = prediction(output)
     diff = output.reshape(target.shape) - target.to(output.dtype)
     return {"mae": float(diff.abs().mean())}
 
@@ -209,8 +229,10 @@ def _user_metrics(config: Any) -> Callable[[Any, Any], dict[str, float]] | None:
     func = config.metrics.partition(":")[2]
     user = resolve("training.metrics", config.metrics)
 
+    from training.data._batches import prediction
+
     def checked(output: Any, target: Any) -> dict[str, float]:
-        got = user(output, target)
+        got = user(prediction(output), target)
         if not isinstance(got, dict):
             raise PluginError("training.metrics", f"{func}() returned {type(got).__name__}, "
                               "expected dict[str, float]")
@@ -234,6 +256,8 @@ def make_batch_sums(config: Any) -> Callable[[Any, Any], dict[str, float]]:
     multiplied by the batch size (in float64)."""
     import torch.nn.functional as F
 
+    from training.data._batches import prediction
+
     user_loss = make_loss(config) if config.loss is not None else None
     user_metrics = _user_metrics(config)
     classify = config.task == "classification"
@@ -242,15 +266,16 @@ def make_batch_sums(config: Any) -> Callable[[Any, Any], dict[str, float]]:
         return float(values.reshape(len(values), -1).double().mean(dim=1).sum())
 
     def sums(output: Any, target: Any) -> dict[str, float]:
-        n = len(output)
+        n = len(target)
+        pred = prediction(output)
         out: dict[str, float] = {}
         if classify:
-            out["accuracy"] = int((output.argmax(dim=1) == target).sum())
+            out["accuracy"] = int((pred.argmax(dim=1) == target).sum())
             if user_loss is None:
-                out["loss"] = float(F.cross_entropy(output, target, reduction="none")
+                out["loss"] = float(F.cross_entropy(pred, target, reduction="none")
                                     .double().sum())
         else:
-            diff = output.reshape(target.shape) - target.to(output.dtype)
+            diff = pred.reshape(target.shape) - target.to(pred.dtype)
             out["mae"] = per_sample(diff.abs())
             if user_loss is None:
                 out["loss"] = per_sample(diff * diff)

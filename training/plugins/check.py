@@ -46,11 +46,16 @@ def check_plugins(
     *,
     objectives: list[str] | None = None,
     timeout_s: float = 300.0,
+    warnings: list[str] | None = None,
 ) -> list[str]:
     """PluginError (``.key``, ``.message``) unless a trial of ``config`` (a TrainConfig dump with
     one trial's parameters) can build and run its plug-ins; else the ``val_`` metric names its
-    trials report. ``objectives`` that no trial reports are an error too (key ``metric``)."""
+    trials report. ``objectives`` that no trial reports are an error too (key ``metric``).
+    What is allowed but likely wrong (a summed loss) is appended to ``warnings``, one line each.
+    """
     answer = _ask({"config": config, "objectives": objectives or []}, env, timeout_s, "training")
+    if warnings is not None:
+        warnings.extend(answer.get("warnings", []))
     return list(answer["metrics"])
 
 
@@ -105,10 +110,10 @@ def _collision(config: Any) -> PluginError | None:
     return None
 
 
-def _tiny_batch(dataset: Any) -> tuple[Any, Any]:
+def _tiny_batch(dataset: Any, n: int = _TINY, start: int = 0) -> Any:
     from training.data import InMemory, collate
 
-    rows = list(range(min(_TINY, len(dataset))))
+    rows = list(range(start, min(start + n, len(dataset))))
     if isinstance(dataset, InMemory):
         return dataset.__getitems__(rows)
     try:
@@ -130,9 +135,10 @@ def _run_own_loop(function: str, found: dict[str, str | None]) -> list[str]:
     return []
 
 
-def _run(request: dict[str, Any], found: dict[str, str | None]) -> list[str]:
+def _run(request: dict[str, Any],
+         found: dict[str, str | None]) -> tuple[list[str], list[str]]:
     if "own_loop" in request:
-        return _run_own_loop(request["own_loop"], found)
+        return _run_own_loop(request["own_loop"], found), []
     import torch
 
     from training._config import TrainConfig
@@ -164,21 +170,28 @@ def _run(request: dict[str, Any], found: dict[str, str | None]) -> list[str]:
         key = "training.model" if config.model else "training"
         func = f"{config.model.partition(':')[2]}()" if config.model else "the built-in model"
         raise PluginError(key, f"{func} failed: {type(exc).__name__}: {exc}") from None
-    x, y = _tiny_batch(data.train)
+    from training.data._batches import BatchShape, prediction, rows, shape_of
+    from training.jobs._optim import Schedule, make_optimizer
+    from training.models import count_flops
+
+    shape = BatchShape.of(config)
+    inputs, y = shape.split(_tiny_batch(data.train))
     try:
-        out = model(x)
+        out = shape.forward(model, inputs)
     except Exception as exc:  # noqa: BLE001
         key = "training.model" if config.model else "training.dataset"
-        raise PluginError(key, f"the forward pass on {len(x)} training samples of shape "
-                          f"{tuple(x.shape[1:])} failed: {type(exc).__name__}: {exc}") from None
+        raise PluginError(key, f"the forward pass on {rows(y)} training samples of shape "
+                          f"{shape_of(inputs, per_sample=True)} failed: {type(exc).__name__}: {exc}") from None
+    pred = prediction(out)
     loss_key = "training.loss" if config.loss else "training.task"
+    loss_fn = make_loss(config)
     try:
-        loss = make_loss(config)(out, y)
+        loss = loss_fn(out, y)
     except PluginError:
         raise
     except Exception as exc:  # noqa: BLE001
-        raise PluginError(loss_key, f"the loss on the model's output {tuple(out.shape)} and "
-                          f"targets {tuple(y.shape)} failed: {type(exc).__name__}: "
+        raise PluginError(loss_key, f"the loss on the model's output {shape_of(pred)} and "
+                          f"targets {shape_of(y)} failed: {type(exc).__name__}: "
                           f"{exc}") from None
     if not (isinstance(loss, torch.Tensor) and loss.numel() == 1 and loss.requires_grad):
         what = (f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor)
@@ -186,6 +199,11 @@ def _run(request: dict[str, Any], found: dict[str, str | None]) -> list[str]:
         raise PluginError(loss_key, f"the loss returned {what}, expected a scalar tensor "
                           "with a gradient (the batch's mean)")
     loss.backward()
+    warnings = _summed_loss(config, shape, model, data.train, loss_key)
+    make_optimizer(config, model)  # the optimizer plug-in's own errors, up front
+    schedule = Schedule(config)
+    for epoch in range(1, config.epochs + 1):  # the schedule plug-in over the whole run
+        schedule.factor(epoch, 0, 1)
     with torch.no_grad():
         try:
             names = sorted(make_metrics(config)(out, y))
@@ -195,18 +213,54 @@ def _run(request: dict[str, Any], found: dict[str, str | None]) -> list[str]:
             raise PluginError("training.metrics", f"failed on the model's output: "
                               f"{type(exc).__name__}: {exc}") from None
     reported = ["val_loss", *(f"val_{n}" for n in names)]
-    known = {*reported, "train_loss", "n_params", "flops", "train_time_s"}
+    known = {*reported, "train_loss", "n_params", "train_time_s"}
+    sample = shape.split(_tiny_batch(data.train, 1))[0]
+    counted = count_flops(model, sample)
+    if counted is not None:
+        known.add("flops")
     for metric in request.get("objectives", []):
+        if metric == "flops" and counted is None:
+            raise PluginError("metric", "'flops' cannot be counted for this model (torch's "
+                              "FlopCounterMode saw no matrix product or convolution in its "
+                              "forward pass on a training sample): trials would not report it")
         if metric not in known:
             raise PluginError("metric", f"{metric!r} is not reported by these trials (they "
                               f"report {', '.join(sorted(known))})")
-    return reported
+    return reported, warnings
+
+
+def _summed_loss(config: Any, shape: Any, model: Any, dataset: Any, key: str) -> list[str]:
+    """A warning when the loss of 2 samples is the sum of theirs, not the mean (detol divides
+    a batch's loss by its rows itself: a summed loss trains at batch-size times the lr)."""
+    import torch
+
+    if len(dataset) < 2:
+        return []
+    loss = __import__("training.plugins._plugins", fromlist=["make_loss"]).make_loss(config)
+    with torch.no_grad():
+        model.eval()
+        try:
+            each = []
+            for i in (0, 1):
+                inputs, y = shape.split(_tiny_batch(dataset, 1, start=i))
+                each.append(float(loss(shape.forward(model, inputs), y)))
+            inputs, y = shape.split(_tiny_batch(dataset, 2))
+            both = float(loss(shape.forward(model, inputs), y))
+        finally:
+            model.train()
+    mean, total = (each[0] + each[1]) / 2, each[0] + each[1]
+    if abs(total) > 0 and abs(both - total) <= 1e-4 * abs(total) < abs(total - mean):
+        return [f"{key}: the loss of 2 samples is the sum of their losses ({both:.4g} = "
+                f"{each[0]:.4g} + {each[1]:.4g}), not their mean: a trial divides each batch's "
+                "loss by its samples itself, so use reduction='mean'"]
+    return []
 
 
 def main(found: dict[str, str | None]) -> int:
     request = json.loads(sys.stdin.read())
     try:
-        answer: dict[str, Any] = {"metrics": _run(request, found)}
+        metrics, warnings = _run(request, found)
+        answer: dict[str, Any] = {"metrics": metrics, "warnings": warnings}
     except PluginError as exc:
         answer = {"key": exc.key, "error": exc.message}
     except Exception as exc:  # noqa: BLE001 - a check that breaks says so in one line
