@@ -253,7 +253,9 @@ def _space_section() -> str:
     dimension = _m("space_table").Dimension
     out = ["## `[space]`\n",
            "`[space] NAME = { type = ..., ... }`: a searched parameter (for a trained objective, "
-           "one of the `[training]` keys marked searchable). One table per `type`:\n"]
+           "one of the `[training]` keys marked searchable, or, with a `model`, `loss`, "
+           "`optimizer` or `lr_schedule` plug-in, a name of your own that the plug-ins get in "
+           "`params`). One table per `type`:\n"]
     for member in get_args(get_args(dimension)[0]):
         kind = get_args(member.model_fields["type"].annotation)[0]
         out.append(f"### `type = \"{kind}\"`\n")
@@ -291,7 +293,8 @@ def _metrics_section() -> str:
            table(["dataset", "what"],
                  [[f"`{n}`", first_paragraph(f)] for n, f in datasets.DATASETS.items()]
                  + [["`module:function`", "your own: a function of `val_fraction` returning a "
-                     "`training.Dataset`"]])]
+                     "`training.TorchDatasets` (map-style datasets of `(x, y)` or dict samples) "
+                     "or a `training.Dataset` of arrays (docs/user-models.md)"]])]
     return "\n".join(out)
 
 

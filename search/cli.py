@@ -190,6 +190,9 @@ def best(
     study: Annotated[str, typer.Argument(metavar="STUDY", help="study name or study file")],
     storage: StorageOpt = None,
     n: Annotated[int, typer.Option("-n", "--number", min=1, help="how many trials")] = 5,
+    export_weights: Annotated[Path | None, typer.Option(
+        "--export-weights", metavar="PATH", help="write the best trial's final weights (a "
+        "torch file: state_dict, params, config, values; [training] keep_weights = true)")] = None,
 ) -> None:
     """Print a study's best trials (Pareto front if several objectives) from storage."""
     from optuna.trial import TrialState
@@ -204,6 +207,14 @@ def best(
         err.print(f"study {s.study_name} has no complete trial yet")
         raise typer.Exit(1)
     out.print(best_table(s, n))
+    if export_weights is not None:
+        from search.analysis._weights import export_best_weights
+
+        try:
+            line = export_best_weights(s, export_weights)
+        except StudyError as exc:
+            raise _fail(exc) from None
+        out.print(line, highlight=False)
 
 
 @app.command()

@@ -114,7 +114,10 @@ class TrainConfig(BaseModel):
     cell_channels: int = Field(16, ge=1, description="cell genomes: stem channels")
     cell_stages: int = Field(2, ge=1, le=4, description="cell genomes: stages")
     cells_per_stage: int = Field(1, ge=1, le=5, description="cell genomes: cells per stage")
-    threads_per_rank: int = Field(1, ge=1, description="torch threads per rank")
+    threads_per_rank: int | None = Field(
+        None, ge=1, description="torch threads per rank; left out: the trial's cores over its "
+        "ranks, at least 1 (a local cluster: the machine's cores over budget.concurrency; a "
+        "batch job: the cores it was given)")
     agree_timeout_s: float = Field(
         20.0, gt=0, description="how long a trial's ranks (own loop or built-in trainer) wait "
         "for each other in a session call (report, save_checkpoint, the end of training) "
@@ -139,6 +142,14 @@ class TrainConfig(BaseModel):
     task: Literal["classification", "regression"] = Field(
         "classification", description="regression: MSE loss, val_loss and val_mae"
     )
+    validate_draws: int = Field(
+        1, ge=1, le=64, description="search validate and search run build and run the plug-ins "
+        "on this many random draws of the space; draws that fail are named with their "
+        "parameters (a note while some pass, an error when all fail)")
+    keep_weights: bool = Field(
+        False, description="rank 0 writes every trial's final weights to "
+        "detol-weights/STUDY/trial-N.pt beside the storage (else the working directory); "
+        "search best --export-weights PATH writes the best trial's")
     loader_workers: int = Field(
         0, ge=0, le=64, description="DataLoader worker processes per rank (file datasets only)"
     )

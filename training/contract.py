@@ -22,7 +22,7 @@ from training._spec import TrialSpec
 from training.data import check_dataset_loads
 from training.launch import DEFAULT_LAUNCHER, SINGLE_NODE_ENV
 from training.plugins import PluginError, check_name, import_function
-from training.plugins.check import check_own_loop, check_plugins
+from training.plugins.check import check_own_loop, check_plugin_draws, check_plugins
 from training.pruning import field_of as prune_field
 from training.pruning import unprunable
 from training.session import CONTINUE, VECTOR_ATTR, OptunaReporter, build_pruner
@@ -64,6 +64,7 @@ __all__ = [
     "build_pruner",
     "check_dataset_loads",
     "check_own_loop",
+    "check_plugin_draws",
     "check_plugins",
     "check_storage_file",
     "journal_path",

@@ -265,10 +265,12 @@ def genome_figure(study: optuna.Study) -> go.Figure:
 
 
 def _dataset(study: optuna.Study) -> str | None:
-    """What a study's trials learn from: the training dataset of MPI training, else the objective
-    itself (``nb201:cifar10``, ``pkg.mod:function``), whose stored training section is unused."""
+    """What a study's trials learn from: the training dataset of the built-in trainer, else the
+    objective itself (``nb201:cifar10``, ``pkg.mod:function``, an own loop's
+    ``mpi:pkg.mod:train``), whose stored training section is unused."""
     config = study_config(study)
-    if objective_kind(study) in ("table", "function"):
+    if objective_kind(study) in ("table", "function") or str(
+            config.get("objective") or "").startswith("mpi:"):  # an own loop reads its own data
         return str(config["objective"])
     dataset = config.get("training", {}).get("dataset")
     return str(dataset) if dataset is not None else None
@@ -310,18 +312,24 @@ def compare_figure(studies: Sequence[optuna.Study]) -> go.Figure:
     colors = {s: palette[i % len(palette)] for i, s in enumerate(dict.fromkeys(df["strategy"]))}
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
                         subplot_titles=("by finished trials", f"by compute ({cost})"))
-    legend: set[str] = set()
+    # One legend entry per study: its strategy's colour, and where a strategy ran in several
+    # studies, the study's name and its own dash.
+    studies_of = df.groupby("strategy", sort=False)["study"].unique()
+    dashes = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
     for study_name, part in df.groupby("study", sort=False):
         strategy = str(part["strategy"].iloc[0])
-        for col, x, label in ((1, "trials", "trials"), (2, "compute_s", cost)):
+        mine = list(studies_of[strategy])
+        shared = len(mine) > 1
+        label = f"{strategy}: {study_name}" if shared else strategy
+        dash = dashes[mine.index(study_name) % len(dashes)]
+        for col, x, axis in ((1, "trials", "trials"), (2, "compute_s", cost)):
             fig.add_trace(go.Scatter(
-                x=part[x], y=part["best"], mode="lines", line={"shape": "hv",
-                                                               "color": colors[strategy]},
-                name=strategy, legendgroup=strategy, showlegend=col == 1 and strategy not in legend,
-                hovertemplate=f"{study_name} ({strategy})<br>{label} %{{x:.4g}}<br>best {name} "
+                x=part[x], y=part["best"], mode="lines",
+                line={"shape": "hv", "color": colors[strategy], "dash": dash},
+                name=label, legendgroup=str(study_name), showlegend=col == 1,
+                hovertemplate=f"{study_name} ({strategy})<br>{axis} %{{x:.4g}}<br>best {name} "
                               f"%{{y:.4g}}<extra></extra>",
             ), row=1, col=col)
-        legend.add(strategy)
     fig.update_xaxes(title_text="finished trials", row=1, col=1)
     fig.update_xaxes(title_text=cost, row=1, col=2)
     fig.update_yaxes(title_text=f"best {name} so far", row=1, col=1)

@@ -42,6 +42,7 @@ from search.driver._outcomes import (
     outcome,
     record_genome,
     result_values,
+    weights_directory,
 )
 from search.driver._resize import SEGMENTS_ATTR, WIDTH_ATTR, WidenOnPromotion, segments_after
 from search.driver._segments import continue_curve, next_start, widen_idle
@@ -74,6 +75,7 @@ from training.contract import (
     TrialSpec,
     build_pruner,
 )
+from training.launch import TRIAL_CORES_ENV
 
 Event = Callable[[str, optuna.Trial | None, RunCounts, dict[str, Any] | None], None]
 # Called on every turn of the loop with whether trials are running (or waiting for a worker);
@@ -110,6 +112,7 @@ class Driver:
         self.watch = watch
         # Trials of a local cluster run on this machine: their MPI traffic stays on it.
         self.job_env = {**(SINGLE_NODE_ENV if single_node else {}), **sf.launcher.env}
+        self.single_node = single_node
         self.space = sf.search_space
         self.pruner = pruner_spec(
             sf.pruner.name, sf.pruner.spec_options(sf.training.epochs)
@@ -194,8 +197,12 @@ class Driver:
         except Exception as exc:  # a sampler or space problem fails this trial, not the study
             self._fail(trial, counts, {"exit_reason": f"could not build the trial: {exc}"})
             return None
+        weights = None
+        if config.keep_weights and own_loop is None:  # rank 0 writes them at the trial's end
+            weights = self._weights_path(trial.number)
         spec = TrialSpec(
             config=config,
+            weights_path=weights,
             objectives=self.sf.objectives,
             study_name=self.study.study_name,
             storage_url=self.storage_url,
@@ -321,6 +328,15 @@ class Driver:
         counts.failures.append(f"trial {trial.number}: {reason.splitlines()[0]}")
         self.on_event("failed", trial, counts, result)
 
+    def _weights_path(self, number: int) -> str | None:
+        """``detol-weights/STUDY/trial-N.pt``; None when the directory cannot be made."""
+        directory = weights_directory(self.storage_url, self.study.study_name)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            return None
+        return str(directory.resolve() / f"trial-{number}.pt")
+
     def _write_log(self, number: int, text: str) -> str | None:
         """``detol-logs/STUDY/trial-N.log`` beside the storage file (else in the working
         directory); its path, or None when it cannot be written (the trial still fails)."""
@@ -385,6 +401,10 @@ class Driver:
         if state in ("complete", "pruned", "paused") and run.continuation:
             counts.continuations += 1
         if state == "complete" and values is not None:
+            if self.sf.training.keep_weights and self.sf.own_loop is None:
+                kept = self._weights_path(trial.number)
+                if kept is not None and os.path.exists(kept):  # rank 0 wrote them
+                    trial.set_user_attr("weights_path", kept)
             self.study.tell(trial, values if len(values) > 1 else values[0])
             counts.complete += 1
             self.on_event("complete", trial, counts, result)
@@ -488,6 +508,11 @@ class Driver:
 
     def run(self, *, trials: int, concurrency: int, timeout: float | None) -> RunCounts:
         counts = RunCounts(finished_before=self._finished_count(), target=trials)
+        if self.single_node and TRIAL_CORES_ENV not in self.job_env:
+            # threads_per_rank left out: a trial's ranks share this machine's cores with the
+            # other trials running beside it (training.launch.rank_threads).
+            cores = max(1, len(os.sched_getaffinity(0)) // max(1, concurrency))
+            self.job_env = {**self.job_env, TRIAL_CORES_ENV: str(cores)}
         running: dict[Future, Running] = {}
         done: list[tuple[Future, Running, dict[str, Any] | None]] = []
         # With several trials running the study is asynchronous anyway, so a freed slot gets its

@@ -98,6 +98,12 @@ def log_directory(storage_url: str, study_name: str) -> Path:
     return beside_storage(storage_url) / "detol-logs" / study_name
 
 
+def weights_directory(storage_url: str, study_name: str) -> Path:
+    """Where trials' final weights go (``[training] keep_weights``): ``detol-weights/STUDY``
+    beside a journal or SQLite file, else under the working directory."""
+    return beside_storage(storage_url) / "detol-weights" / study_name
+
+
 def interruption(exc: BaseException) -> str:
     """Why the running trials stop, for their ``exit_reason``."""
     if isinstance(exc, ClusterFailed):

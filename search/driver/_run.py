@@ -42,6 +42,7 @@ from training.contract import (
     PluginError,
     check_dataset_loads,
     check_own_loop,
+    check_plugin_draws,
     check_plugins,
     check_storage_file,
     journal_path,
@@ -124,25 +125,61 @@ def plan_run(study_file: Path, *, storage: str | None, trials: int | None,
 def one_trial_config(sf: StudyFile) -> dict[str, Any]:
     """The training config of one trial this study could run (parameters drawn at random, seed
     0): what the plug-in check builds."""
+    return trial_draws(sf, 1)[0][1]
+
+
+def trial_draws(sf: StudyFile, n: int) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(the drawn parameters, the training config) of ``n`` trials drawn at random (seed 0, one
+    stream; the same draw twice is checked once)."""
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
-    params = sf.search_space.suggest(study.ask())
-    genome = params.pop("genome", None)
-    config = sf.training.with_params(params)
-    if genome is not None:
-        config = config.model_validate({**config.model_dump(), "genome": genome.to_dict()})
-    return config.model_dump()
+    out: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    for _ in range(n):
+        params = sf.search_space.suggest(study.ask())
+        shown = {k: v for k, v in params.items() if k != "genome"}
+        genome = params.pop("genome", None)
+        config = sf.training.with_params(params)
+        if genome is not None:
+            config = config.model_validate({**config.model_dump(), "genome": genome.to_dict()})
+            shown["genome"] = genome.summary()
+        out.setdefault(repr(sorted(shown.items())), (shown, config.model_dump()))
+    return list(out.values())
 
 
 def check_trial_plugins(sf: StudyFile, notes: list[str] | None = None) -> None:
     """StudyError naming the key unless the study's plug-ins import, build and run once; what
-    is likely wrong but allowed goes to ``notes`` (printed as ``note:`` lines)."""
+    is likely wrong but allowed goes to ``notes`` (printed as ``note:`` lines). With
+    ``[training] validate_draws = N`` they run on N draws of the space: draws that fail are
+    named with their parameters, a note while some pass, the error when all fail."""
+    draws = sf.training.validate_draws
     try:
-        check_plugins(one_trial_config(sf), sf.launcher.env, objectives=sf.objectives,
-                      warnings=notes)
+        if draws == 1:
+            check_plugins(one_trial_config(sf), sf.launcher.env, objectives=sf.objectives,
+                          warnings=notes)
+            return
+        drawn = trial_draws(sf, draws)
+        answers = check_plugin_draws([config for _, config in drawn], sf.launcher.env,
+                                     objectives=sf.objectives)
     except PluginError as exc:
         raise StudyError(exc.key, exc.message) from None
     except ValueError as exc:  # a parameter the config refuses: what a trial would fail on
         raise StudyError("space", f"a sampled trial is invalid: {exc}") from None
+    failed = [(params, a) for (params, _), a in zip(drawn, answers, strict=True) if "error" in a]
+    if len(failed) == len(drawn):
+        params, first = failed[0]
+        raise StudyError(first["key"], f"{first['error']} (all {len(drawn)} distinct draws of "
+                         f"{draws} failed; the first: {_shown(params)})")
+    if notes is not None:
+        notes.extend(dict.fromkeys(w for a in answers for w in a.get("warnings", [])))
+        if failed:
+            each = "; ".join(f"{_shown(p)} -> {a['key']}: {a['error']}" for p, a in failed)
+            notes.append(f"{len(failed)} of {len(drawn)} distinct draws of the space failed the "
+                         "plug-in check "
+                         f"(their trials will fail; constrain [space] with when, or a "
+                         f"narrower range): {each}")
+
+
+def _shown(params: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items()) or "no parameters"
 
 
 def validate(plan: Plan) -> list[str]:

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from _user_plugins import build
 from sklearn.datasets import load_digits
 from torch import nn
 
-from _user_plugins import build
 from training import DataInfo, TorchDatasets, load_dataset
 
 # This machine's torchvision wheel is built for the CUDA torch; transformers imports it.
@@ -167,3 +167,11 @@ def tiny_vit(params: dict[str, Any], data: DataInfo) -> nn.Module:
                        num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
                        num_labels=data.n_classes)
     return ViTForImageClassification(config)
+
+
+def heads_model(params: dict[str, Any], data: DataInfo) -> nn.Module:
+    """Attention needs d_model divisible by heads: part of the space cannot be built."""
+    if params["d_model"] % params["heads"]:
+        raise ValueError(f"d_model {params['d_model']} is not divisible by heads {params['heads']}")
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, params["d_model"]), nn.ReLU(),
+                         nn.Linear(params["d_model"], data.n_outputs))

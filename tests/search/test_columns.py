@@ -176,3 +176,32 @@ def test_table_studies_compare_by_simulated_training_time(storage: str) -> None:
     for study in studies:
         spent = sum(t.user_attrs["sim_time_s"] for t in study.trials)
         assert max(by_compute[study.study_name].x) == pytest.approx(spent)
+
+
+def test_studies_of_one_strategy_each_get_their_own_legend_entry(storage: str) -> None:
+    # A second random study (a copy under another name): two lines of one colour, two entries.
+    memory = optuna.storages.InMemoryStorage()
+    optuna.copy_study(from_study_name=TABLE, from_storage=open_storage(storage),
+                      to_storage=memory, to_study_name="nb-random-2")
+    again = optuna.load_study(study_name="nb-random-2", storage=memory)
+    fig = compare_figure([_study(storage, TABLE), again, _study(storage, TABLE2)])
+    entries = [tr.name for tr in fig.data if tr.showlegend]
+    assert entries == ["random: nb-random", "random: nb-random-2", "tpe"]
+    random_lines = [tr.line for tr in fig.data if tr.showlegend and tr.name.startswith("random")]
+    assert random_lines[0].color == random_lines[1].color
+    assert random_lines[0].dash != random_lines[1].dash
+
+
+@pytest.mark.unit
+def test_an_own_loop_study_is_labelled_by_its_loop_not_the_unused_dataset() -> None:
+    from search.analysis._figures import comparable
+
+    def made(name: str, config: dict) -> optuna.Study:
+        study = optuna.create_study(study_name=name)
+        study.set_user_attr("detol:study", {"metric": "val_accuracy", **config})
+        return study
+
+    own = made("own", {"objective": "mpi:mine.loop:train", "training": {"dataset": "digits"}})
+    builtin = made("builtin", {"training": {"dataset": "digits"}})
+    _, skipped = comparable(builtin, [own])
+    assert skipped == ["own (dataset mpi:mine.loop:train)"]

@@ -256,3 +256,44 @@ def test_a_multi_objective_pruned_study_of_a_user_model_runs(tmp_path: Path) -> 
     for t in done:
         assert 0.3 < t.values[0] <= 1.0  # val_top2 of a digits MLP after 2 epochs
         assert t.values[1] == 64 * 8 * t.params["scale"] + 8 * t.params["scale"] * 11 + 10
+
+
+def _draws_study(tmp_path: Path, heads: list[int]) -> Path:
+    study = tmp_path / "d.toml"
+    study.write_text(textwrap.dedent(f"""\
+        name = "d"
+        [training]
+        dataset = "digits"
+        model = "{R}:heads_model"
+        validate_draws = 8
+        [space]
+        d_model = {{ type = "categorical", choices = [32, 48] }}
+        heads = {{ type = "categorical", choices = {heads} }}
+        [launcher]
+        env = {{ PYTHONPATH = "{JOBS}" }}
+        """))
+    return study
+
+
+def test_validate_draws_names_the_parameter_values_that_fail(tmp_path: Path) -> None:
+    code, out, err = run_search("validate", str(_draws_study(tmp_path, [2, 3])),
+                                "--storage", str(tmp_path / "s.journal"), cwd=tmp_path)
+    assert code == 0, out + err
+    (note,) = [line for line in out.splitlines() if "draws of the space failed" in line]
+    # 8 draws of 4 combinations: each checked once; the one that cannot be built is named.
+    assert note.startswith("note: 1 of 4 distinct draws of the space failed the plug-in check")
+    assert "d_model=32, heads=3 -> training.model: heads_model() failed: ValueError: d_model 32 " \
+           "is not divisible by heads 3" in note
+    assert "heads=2 ->" not in note and "d_model=48, heads=3 ->" not in note
+    assert not (tmp_path / "s.journal").exists()
+
+
+def test_validate_draws_refuse_a_space_where_every_draw_fails(tmp_path: Path) -> None:
+    study = _draws_study(tmp_path, [3]).read_text().replace("[32, 48]", "[32]")
+    (tmp_path / "d.toml").write_text(study)
+    code, out, err = run_search("validate", str(tmp_path / "d.toml"),
+                                "--storage", str(tmp_path / "s.journal"), cwd=tmp_path)
+    assert code == 2
+    assert err.strip() == ("error: training.model: heads_model() failed: ValueError: d_model 32 "
+                           "is not divisible by heads 3 (all 1 distinct draws of 8 failed; the "
+                           "first: d_model=32, heads=3)")

@@ -67,3 +67,20 @@ def test_a_failed_trial_line_names_the_rank_its_error_and_the_full_log(
     [trial] = optuna.load_study(study_name="t", storage=open_storage(str(storage))).trials
     assert trial.state is TrialState.FAIL and trial.user_attrs["log_path"] == str(log)
     assert os.path.getsize(log) > len(trial.user_attrs["exit_reason"]) // 2
+
+
+@pytest.mark.mpi
+def test_a_failed_warm_trial_keeps_its_log_file_too(tmp_path: Path, write_study) -> None:
+    study = write_study(training={"dataset": '"_trial_helpers:digits_failing_on_two_ranks"',
+                                  "ranks": "2"},
+                        top='pruner = "none"\n[budget]\ntrials = 1\nmax_failures = 1',
+                        tail=f'[launcher]\nwarm = true\nenv = {{ PYTHONPATH = "{JOBS}" }}\n'
+                             '[space]\nlr = { type = "float", low = 0.01, high = 0.1 }')
+    storage = tmp_path / "s.journal"
+    code, out, err = _search(study, str(storage), tmp_path)
+    assert code == 1, out + err
+    log = tmp_path / "detol-logs" / "t" / "trial-0.log"
+    assert f"full log: {log}" in out
+    assert "user dataset exploded on rank 1" in log.read_text()
+    [trial] = optuna.load_study(study_name="t", storage=open_storage(str(storage))).trials
+    assert trial.user_attrs["log_path"] == str(log)

@@ -87,6 +87,8 @@ def test_an_exception_on_rank_1_fails_its_trial_and_the_pool_serves_the_next() -
     assert bad["state"] == "failed"
     assert "RuntimeError: user dataset exploded on rank 1" in bad["exit_reason"]
     assert "[rank 1]" in bad["exit_reason"]  # the traceback says where
+    # Its log, as a cold trial's (the driver writes it to detol-logs/STUDY/trial-N.log).
+    assert "RuntimeError: user dataset exploded on rank 1" in bad["log"]
     good = _trial()
     assert good["state"] == "complete", good["exit_reason"]
     assert good["pool"]["pid"] == bad["pool"]["pid"]
@@ -133,6 +135,7 @@ def test_a_trial_past_its_timeout_kills_the_pool_and_says_so() -> None:
     slow = _trial(epochs=100_000, timeout_s=3)  # hours of training if the kill missed
     assert slow["state"] == "failed"
     assert slow["exit_reason"].startswith("trial timeout: still running after 3 s")
+    assert "log" in slow  # this trial's output, whatever it printed
     assert time.monotonic() - started < 120  # killed, not trained out (bound for load 40+)
     assert not slow["pool"]["fresh"]
     assert _gone_within(15) == [] and idle_pools() == []

@@ -9,6 +9,7 @@ program hosting the loop (training.jobs.worker, training.jobs.warm_worker) fails
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,7 +29,7 @@ def run_own_loop(spec: Any, config: Any, comm: Any,
 
     own = spec.own_loop
     train = resolve_train(own["function"], own.get("sys_path"))
-    torch.set_num_threads(config.threads_per_rank)
+    torch.set_num_threads(config.threads_per_rank or int(os.environ.get("OMP_NUM_THREADS") or 1))
     torch.manual_seed(config.seed)  # the same initial weights on every rank (wrap broadcasts)
     started = time.time()
     params = own.get("params") or {}

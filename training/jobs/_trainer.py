@@ -11,6 +11,7 @@ and algorithm built from the configuration, pruning during training, the epoch's
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,7 +105,9 @@ class Trainer:
         self.objective = objective
         self.checkpointer = self.session.checkpointer
         self.device = self.session.device
-        torch.set_num_threads(config.threads_per_rank)
+        # threads_per_rank left out: what the launch gave (training.launch.rank_threads)
+        torch.set_num_threads(config.threads_per_rank or int(os.environ.get("OMP_NUM_THREADS")
+                                                              or 1))
         self.data = _as_train_data(data, config)
         torch.manual_seed(config.seed)  # same initial weights on every rank ...
         self.model = build_model(config, self.data.info).to(self.device)
@@ -397,10 +400,8 @@ def _as_float(output: Any) -> Any:
     """Autocast outputs (bf16, fp16) back in float32 for the exact validation sums."""
     if isinstance(output, torch.Tensor):
         return output.float() if output.is_floating_point() else output
-    if isinstance(output, dict):
+    if isinstance(output, dict):  # a Hugging Face ModelOutput is a dict too
         return {k: _as_float(v) for k, v in output.items()}
-    if hasattr(output, "to_tuple") and hasattr(output, "keys"):  # a ModelOutput
-        return {k: _as_float(output[k]) for k in output.keys()}
     if isinstance(output, tuple | list):
         return type(output)(_as_float(v) for v in output)
     return output

@@ -9,6 +9,7 @@ from training.launch._cold import run_trial
 from training.launch._line import (
     DEFAULT_LAUNCHER,
     SINGLE_NODE_ENV,
+    TRIAL_CORES_ENV,
     LauncherNotFound,
     die_with_parent,
     end_job,
@@ -17,13 +18,15 @@ from training.launch._line import (
     launcher_argv,
     node_lost,
     pid_alive,
+    rank_threads,
     resolve_program,
     still_queued,
 )
 from training.launch._warm_pool import idle_pools, run_warm_trial, shutdown_pools
 
 __all__ = [
-    "DEFAULT_LAUNCHER", "SINGLE_NODE_ENV", "LauncherNotFound", "die_with_parent", "end_job",
-    "end_with_launcher", "idle_pools", "job_env", "launcher_argv", "node_lost", "pid_alive",
-    "resolve_program", "run_trial", "run_warm_trial", "shutdown_pools", "still_queued",
+    "DEFAULT_LAUNCHER", "SINGLE_NODE_ENV", "TRIAL_CORES_ENV", "LauncherNotFound",
+    "die_with_parent", "end_job", "end_with_launcher", "idle_pools", "job_env", "launcher_argv",
+    "node_lost", "pid_alive", "rank_threads", "resolve_program", "run_trial", "run_warm_trial",
+    "shutdown_pools", "still_queued",
 ]

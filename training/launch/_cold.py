@@ -33,6 +33,7 @@ from training.launch._line import (
     first_error,
     job_env,
     launcher_argv,
+    rank_threads,
     resolve_program,
     still_queued,
     tail,
@@ -139,7 +140,8 @@ def run_trial(
         except LauncherNotFound as exc:
             return {"state": "failed", "exit_reason": str(exc), "wall_time_s": 0.0}
         argv += [sys.executable, "-m", "training.jobs.worker", str(spec_path)]
-        env = job_env(config.threads_per_rank, config.mpi_async_progress, spec.env)
+        env = job_env(rank_threads(config.threads_per_rank, config.ranks, spec.env),
+                  config.mpi_async_progress, spec.env)
         log_path = Path(tmp) / "output.log"
         start_failures: list[str] = []
         while True:

@@ -82,6 +82,27 @@ def _forker(argv: list[str]) -> str:
     return gforker if plain and hydra and os.access(gforker, os.X_OK) else program
 
 
+# The cores a trial may use on its machine (set by the driver of a local cluster: the machine's
+# cores over budget.concurrency); without it, the cores this process may run on.
+TRIAL_CORES_ENV = "DETOL_TRIAL_CORES"
+
+
+def rank_threads(threads_per_rank: int | None, ranks: int,
+                 extra: Mapping[str, str] | None = None) -> int:
+    """Torch threads per rank: ``threads_per_rank`` if set, else the trial's cores
+    (:data:`TRIAL_CORES_ENV`, else this process's CPU affinity: a batch job's allotted cores) over
+    its ranks, at least 1.
+
+    >>> rank_threads(3, 2), rank_threads(None, 2, {TRIAL_CORES_ENV: "8"})
+    (3, 4)
+    """
+    if threads_per_rank is not None:
+        return threads_per_rank
+    given = (extra or {}).get(TRIAL_CORES_ENV) or os.environ.get(TRIAL_CORES_ENV)
+    cores = int(given) if given else len(os.sched_getaffinity(0))
+    return max(1, cores // max(1, ranks))
+
+
 def job_env(
     threads_per_rank: int, async_progress: bool, extra: Mapping[str, str]
 ) -> dict[str, str]:

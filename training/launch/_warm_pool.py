@@ -60,6 +60,7 @@ from training.launch._line import (
     job_env,
     launcher_argv,
     pid_alive,
+    rank_threads,
     still_queued,
     tail,
 )
@@ -132,6 +133,17 @@ class WarmPool:
         assert self._dir is not None
         return (self._dir / "output.log").read_text(errors="replace")
 
+    def _trial_log(self, traceback: str = "") -> str:
+        """This trial's output (the pool's log is emptied at each trial's start) and the
+        failing rank's traceback, as a cold job's log holds them: detol-logs/STUDY/trial-N.log."""
+        try:
+            output = self._output()
+        except (OSError, AssertionError):
+            output = ""
+        if traceback and traceback not in output:
+            output = f"{output}\n{traceback}" if output else traceback
+        return output[-LOG_LIMIT:]
+
     def run(
         self,
         message: dict[str, Any],
@@ -164,6 +176,8 @@ class WarmPool:
                         line, _, self._buffer = self._buffer.partition(b"\n")
                         self.trials_served += 1
                         reply: dict[str, Any] = json.loads(line)
+                        if reply.get("state") == "failed":  # kept as a cold trial's is
+                            reply["log"] = self._trial_log(reply.get("traceback", ""))
                         if reply.pop("retire", False):
                             self.kill()
                         return reply
@@ -180,11 +194,13 @@ class WarmPool:
                 elif self._conn is None and os.path.basename(self.launcher[0]) == "srun":
                     stopped = still_queued(self._output(), self._started)
                 if stopped:
+                    log = self._trial_log()
                     self.kill()
-                    return {"state": "failed", "exit_reason": stopped}
+                    return {"state": "failed", "exit_reason": stopped, "log": log}
         except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
+            log = self._trial_log()
             self.kill()
-            return {"state": "failed", "exit_reason": f"warm pool broke: {exc}"}
+            return {"state": "failed", "exit_reason": f"warm pool broke: {exc}", "log": log}
         finally:
             shutil.rmtree(error_dir, ignore_errors=True)
 
@@ -320,7 +336,8 @@ def run_warm_trial(
         launcher = launcher_argv(spec.launcher, pool_ranks, spec.env)
     except LauncherNotFound as exc:
         return {"state": "failed", "exit_reason": str(exc), "wall_time_s": 0.0}
-    env = job_env(config.threads_per_rank, config.mpi_async_progress, spec.env)  # as cold
+    env = job_env(rank_threads(config.threads_per_rank, config.ranks, spec.env),
+                  config.mpi_async_progress, spec.env)  # as cold
     # The pool's environment is the worker's at the pool's start, plus what the spec sets.
     pooled = ("OMP_NUM_THREADS", "MPIR_CVAR_ASYNC_PROGRESS", "MPI4PY_RC_THREAD_LEVEL")
     keyed: dict[str, str] = {k: env[k] for k in pooled if k in env}

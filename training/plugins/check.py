@@ -59,6 +59,20 @@ def check_plugins(
     return list(answer["metrics"])
 
 
+def check_plugin_draws(
+    configs: list[dict[str, Any]],
+    env: dict[str, str] | None = None,
+    *,
+    objectives: list[str] | None = None,
+    timeout_s: float = 300.0,
+) -> list[dict[str, Any]]:
+    """:func:`check_plugins` for several trials' configs in one fresh Python (the plug-ins
+    imported once): for each, ``{"metrics", "warnings"}`` or ``{"key", "error"}``."""
+    answer = _ask({"draws": configs, "objectives": objectives or []}, env,
+                  timeout_s * max(1, len(configs)) ** 0.5, "training")
+    return list(answer["draws"])
+
+
 def check_own_loop(function: str, env: dict[str, str] | None = None, *,
                    timeout_s: float = 300.0) -> None:
     """PluginError (key ``objective``) unless ``function`` (``package.module:train`` of
@@ -180,8 +194,9 @@ def _run(request: dict[str, Any],
         out = shape.forward(model, inputs)
     except Exception as exc:  # noqa: BLE001
         key = "training.model" if config.model else "training.dataset"
+        shown = shape_of(inputs, per_sample=True)
         raise PluginError(key, f"the forward pass on {rows(y)} training samples of shape "
-                          f"{shape_of(inputs, per_sample=True)} failed: {type(exc).__name__}: {exc}") from None
+                          f"{shown} failed: {type(exc).__name__}: {exc}") from None
     pred = prediction(out)
     loss_key = "training.loss" if config.loss else "training.task"
     loss_fn = make_loss(config)
@@ -258,6 +273,20 @@ def _summed_loss(config: Any, shape: Any, model: Any, dataset: Any, key: str) ->
 
 def main(found: dict[str, str | None]) -> int:
     request = json.loads(sys.stdin.read())
+    if "draws" in request:  # several trials' configs: each its own answer
+        draws = []
+        for config in request["draws"]:
+            try:
+                metrics, warnings = _run({"config": config,
+                                          "objectives": request["objectives"]}, found)
+                draws.append({"metrics": metrics, "warnings": warnings})
+            except PluginError as exc:
+                draws.append({"key": exc.key, "error": exc.message})
+            except Exception as exc:  # noqa: BLE001
+                draws.append({"key": "training", "error": f"{type(exc).__name__}: {exc}"})
+        sys.stdout.flush()
+        print(json.dumps({"draws": draws}), flush=True)
+        return 0
     try:
         metrics, warnings = _run(request, found)
         answer: dict[str, Any] = {"metrics": metrics, "warnings": warnings}
