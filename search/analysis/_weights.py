@@ -4,13 +4,18 @@ Trials keep their weights with ``[training] keep_weights = true``: rank 0 writes
 to ``detol-weights/STUDY/trial-N.pt`` and the driver records the path (``weights_path``). The
 export is one torch file, loaded without detol::
 
-    saved = torch.load("best.pt")
-    model = build(saved["params"], data)          # the model plug-in, as a trial built it
+    saved = torch.load("best.pt", weights_only=False)
+    model = build(saved["params"], data)    # the model plug-in, with the params the trial's got
     model.load_state_dict(saved["state_dict"])
+
+``params`` is what the trial's ``build(params, data)`` received (training fields, genome, your
+own); ``searched`` the study's parameters as Optuna holds them; ``config`` the whole training
+configuration.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -38,10 +43,14 @@ def export_best_weights(study: optuna.Study, path: Path) -> str:
     except (OSError, RuntimeError) as exc:
         raise StudyError("export-weights", f"trial {best.number}'s weights at {kept} cannot be "
                          f"read: {exc}") from None
-    saved = {"state_dict": state, "params": dict(best.params), "values": list(best.values),
-             "trial": best.number, "study": study.study_name,
-             "config": study.user_attrs.get("detol:study", {}).get("training", {}),
-             "genome": best.user_attrs.get("genome")}
+    try:  # what the trial's build(params, data) got, written by the driver at its start
+        given = json.loads(Path(kept).with_suffix(".json").read_text())
+    except (OSError, ValueError) as exc:
+        raise StudyError("export-weights", f"trial {best.number}'s parameters beside its "
+                         f"weights cannot be read: {exc}") from None
+    saved = {"state_dict": state, "params": given["params"], "config": given["config"],
+             "values": list(best.values), "trial": best.number, "study": study.study_name,
+             "searched": dict(best.params)}
     target = Path(path)
     if target.is_dir():
         raise StudyError("export-weights", f"{target} is a directory: give a file path")

@@ -15,12 +15,15 @@ and faults in order.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import queue
 import random
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -200,6 +203,11 @@ class Driver:
         weights = None
         if config.keep_weights and own_loop is None:  # rank 0 writes them at the trial's end
             weights = self._weights_path(trial.number)
+            if weights is not None:  # beside them, what build(params, data) gets: to load them
+                with contextlib.suppress(OSError):
+                    Path(weights).with_suffix(".json").write_text(json.dumps(
+                        {"params": config.plugin_params(), "config": config.model_dump()},
+                        default=str))
         spec = TrialSpec(
             config=config,
             weights_path=weights,

@@ -136,13 +136,21 @@ def trial_draws(sf: StudyFile, n: int) -> list[tuple[dict[str, Any], dict[str, A
     for _ in range(n):
         params = sf.search_space.suggest(study.ask())
         shown = {k: v for k, v in params.items() if k != "genome"}
-        genome = params.pop("genome", None)
-        config = sf.training.with_params(params)
-        if genome is not None:
-            config = config.model_validate({**config.model_dump(), "genome": genome.to_dict()})
-            shown["genome"] = genome.summary()
-        out.setdefault(repr(sorted(shown.items())), (shown, config.model_dump()))
+        if params.get("genome") is not None:
+            shown["genome"] = params["genome"].summary()
+        out.setdefault(repr(sorted(shown.items())), (shown, trial_config(sf, params).model_dump()))
     return list(out.values())
+
+
+def trial_config(sf: StudyFile, params: dict[str, Any]) -> Any:
+    """The TrainConfig of a trial with ``params`` (as the search space suggests them: a genome
+    object under ``"genome"``)."""
+    params = dict(params)
+    genome = params.pop("genome", None)
+    config = sf.training.with_params(params)
+    if genome is not None:
+        config = config.model_validate({**config.model_dump(), "genome": genome.to_dict()})
+    return config
 
 
 def check_trial_plugins(sf: StudyFile, notes: list[str] | None = None) -> None:

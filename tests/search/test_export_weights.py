@@ -55,7 +55,9 @@ def test_the_exported_weights_score_the_best_trial_s_accuracy_again(tmp_path: Pa
         assert Path(t.user_attrs["weights_path"]) == (
             tmp_path / "detol-weights" / "w" / f"trial-{t.number}.pt")
     saved = torch.load(tmp_path / "best.pt", weights_only=False)
-    assert saved["params"] == best.params and saved["trial"] == best.number
+    assert saved["searched"] == best.params and saved["trial"] == best.number
+    # What the trial's model builder got: the searched lr and the fixed hidden width among them.
+    assert saved["params"]["lr"] == best.params["lr"] and saved["params"]["hidden"] == 16
     model = build_mlp(64, 10, hidden=16, layers=2, activation="relu", dropout=0.0)
     model.load_state_dict(saved["state_dict"])
     data = load_dataset("digits", 0.2)
