@@ -142,6 +142,12 @@ class TrainConfig(BaseModel):
     task: Literal["classification", "regression"] = Field(
         "classification", description="regression: MSE loss, val_loss and val_mae"
     )
+    repeats: int = Field(
+        1, ge=1, le=16, description="train each configuration this many times, with seeds "
+        "seed, seed + 1, ... (weights, dropout and batch order), in one MPI job: every epoch "
+        "reports the mean over them, and the trial records each seed's final values and "
+        "their standard deviation (repeats); no pruning during training, pausing or "
+        "checkpoints with repeats > 1")
     validate_draws: int = Field(
         1, ge=1, le=64, description="search validate and search run build and run the plug-ins "
         "on this many random draws of the space; draws that fail are named with their "
@@ -261,6 +267,10 @@ class TrainConfig(BaseModel):
             )
         if self.prune is not None:
             self._check_prune(self.prune)
+            if self.repeats > 1:
+                raise ValueError(f"repeats = {self.repeats} cannot prune during training "
+                                 "(each seed would prune its own units): leave out prune or "
+                                 "repeats")
         return self
 
     def _check_prune(self, prune: PruneConfig) -> None:

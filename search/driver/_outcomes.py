@@ -43,6 +43,7 @@ RESULT_ATTRS = (
     "sim_time_s",
     "host",  # the Dask worker's (where the launcher ran)
     "hosts",  # the distinct hosts of the trial's ranks, in rank order
+    "repeats",  # [training] repeats > 1: each seed's final values and their spread
     "batch_job",
     "dask_worker",  # its address: a continuation is sent back there (its warm pool's memory)
     "restored_from",  # a continuation's state: "memory" (in place on a warm pool) or "store"

@@ -242,6 +242,13 @@ class StudyFile(_Strict):
                 problems.append(StudyError(
                     "checkpoints", "only trials that train ([training]) write checkpoints"
                 ))
+        if self.training.repeats > 1 and (self.checkpointing or self.resize is not None):
+            why = ("an own loop" if self.own_loop is not None else "pruner.promote" if
+                   self.pruner.promote else "[resize]" if self.resize is not None else
+                   "checkpoints.every")
+            problems.append(StudyError(
+                "training.repeats", f"repeats = {self.training.repeats} trains several seeds in "
+                f"one trial, which cannot pause or checkpoint yet ({why}): leave out one of them"))
         problems += self._warm_start_problems()
         problems += resize_problems(self)
         family = (self.space_genome or {}).get("family", "stack")

@@ -121,12 +121,25 @@ def resume(comm: MPI.Comm, out: Path) -> dict:
     }
 
 
+def repeats(comm: MPI.Comm) -> dict:
+    """3 seeds in one trial (dropout on: each keeps its own random stream) against 3 trials."""
+    config = {**BASE, "dropout": 0.2, "model": None}
+    together = Trainer(TrainConfig(**config, repeats=3, ranks=comm.size), comm).train()
+    alone = [Trainer(TrainConfig(**{**config, "seed": 3 + i}, ranks=comm.size), comm).train()
+             for i in range(3)]
+    return {"together": together.values, "spread": together.repeats,
+            "alone": [r.values for r in alone],
+            "history": [h["val_loss"] for h in together.history],
+            "alone_history": [[h["val_loss"] for h in r.history] for r in alone]}
+
+
 def main(out: str) -> None:
     comm = MPI.COMM_WORLD
     torch.set_num_threads(1)
     result = {"shapes": shapes(comm), "hf_sync": hugging_face(comm, "sync"),
               "hf_asgd": hugging_face(comm, "asgd"), "clipped": clipped(comm),
-              "precision": precision(comm), "resume": resume(comm, Path(out))}
+              "precision": precision(comm), "resume": resume(comm, Path(out)),
+              "repeats": repeats(comm)}
     if comm.rank == 0:
         Path(out).write_text(json.dumps(result))
 

@@ -297,3 +297,13 @@ def test_validate_draws_refuse_a_space_where_every_draw_fails(tmp_path: Path) ->
     assert err.strip() == ("error: training.model: heads_model() failed: ValueError: d_model 32 "
                            "is not divisible by heads 3 (all 1 distinct draws of 8 failed; the "
                            "first: d_model=32, heads=3)")
+
+
+@pytest.mark.unit
+def test_repeats_are_refused_where_a_trial_would_pause_or_checkpoint() -> None:
+    with pytest.raises(StudyError, match=r"training.repeats: repeats = 3 trains several seeds in "
+                       r"one trial, which cannot pause or checkpoint yet \(pruner.promote\)"):
+        parse_study({**_study({"repeats": 3}), "pruner": {"name": "asha", "promote": True}})
+    with pytest.raises(StudyError, match=r"\(checkpoints.every\)"):
+        parse_study({**_study({"repeats": 3}), "checkpoints": {"every": 1}})
+    assert parse_study(_study({"repeats": 3})).training.repeats == 3

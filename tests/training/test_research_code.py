@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -68,6 +69,23 @@ def test_a_cosine_schedule_with_adamw_resumes_to_the_same_weights(job: dict[str,
     got = job["resume"]
     assert got["start_epoch"] == 3 and got["max_weight_difference"] == 0.0
     assert got["constant_difference"] > 1e-3  # the schedule changed the training
+
+
+def test_repeats_report_the_mean_of_the_seeds_trained_alone(job: dict[str, Any]) -> None:
+    got = job["repeats"]
+    alone = got["alone"]
+    for name in ("val_accuracy", "val_loss", "train_loss"):
+        assert got["together"][name] == pytest.approx(
+            sum(a[name] for a in alone) / 3, rel=1e-12, abs=1e-12)
+        assert got["spread"]["std"][name] == pytest.approx(
+            float(np.std([a[name] for a in alone], ddof=1)), rel=1e-9, abs=1e-12)
+    assert got["spread"]["seeds"] == [3, 4, 5]
+    assert [v["val_accuracy"] for v in got["spread"]["values"]] == [
+        a["val_accuracy"] for a in alone]
+    # Every epoch's report is the mean too (what the pruner judges).
+    means = [sum(h[i] for h in got["alone_history"]) / 3 for i in range(2)]
+    assert got["history"] == pytest.approx(means, rel=1e-12)
+    assert len({a["val_loss"] for a in alone}) == 3  # the seeds differ
 
 
 @pytest.mark.unit

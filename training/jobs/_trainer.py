@@ -65,6 +65,8 @@ class TrainResult:
     checkpoint: dict[str, Any] | None = None  # the newest one this run wrote: {"id", "epoch"}
     checkpoint_s: float = 0.0  # wall seconds rank 0 spent writing checkpoints
     checkpoint_bytes: int = 0
+    # [training] repeats > 1: each seed's final values, and their standard deviation by name
+    repeats: dict[str, Any] | None = None
 
 
 def _sum_over_ranks(comm: MPI.Comm, values: list[float]) -> list[float]:
@@ -147,6 +149,16 @@ class Trainer:
                                   device=self.device)
         self.steps = 0
         self.rows_read = 0  # training samples this rank read, over all epochs
+        # [training] repeats: the same configuration with the next seeds, on the same data and
+        # ranks, trained epoch by epoch beside this one (their own quiet sessions: no reports).
+        own_rng = torch.get_rng_state()
+        self.replicas = [
+            Trainer(config.model_copy(update={"seed": config.seed + i, "repeats": 1}), comm,
+                    objective=objective, data=self.data)
+            for i in range(1, config.repeats)
+        ]
+        torch.set_rng_state(own_rng)  # each replica keeps its own stream (dropout)
+        self._rng = own_rng
 
     def make_algorithm(self) -> Any:
         """The configured algorithm on the model's current parameters (again after a prune)."""
@@ -312,6 +324,7 @@ class Trainer:
         session.start_clock()  # the curve's train_time_s: from here, earlier segments too
         state, reason = "complete", "completed all epochs"
         epochs_run = 0
+        per_seed: list[list[tuple[float, dict[str, float]]]] = []
         for epoch in range(first, self.config.epochs + 1):
             if self.pruning is not None:
                 self._prune_step(epoch)  # a step due: waits for all ranks
@@ -319,6 +332,11 @@ class Trainer:
             epochs_run += 1
             with self.algorithm.consensus():  # waits for all ranks (except sync)
                 val = self.evaluate(self.data.val)
+            if self.replicas:  # the epoch of every seed; the report is their mean
+                seeds = [(train_loss, val), *(r.epoch_and_evaluate(epoch) for r in self.replicas)]
+                per_seed.append(seeds)
+                train_loss = sum(t for t, _ in seeds) / len(seeds)
+                val = {k: sum(v[k] for _, v in seeds) / len(seeds) for k in val}
             row = {
                 "epoch": epoch,
                 "train_loss": train_loss,
@@ -356,6 +374,8 @@ class Trainer:
         self.algorithm.finish()
         if self.claims is not None:
             self.claims.close()
+        for replica in self.replicas:
+            replica.end_replica()
         train_time = time.perf_counter() - segment_start  # this run's own seconds
         (slept,) = _sum_over_ranks(self.comm, [self.pace.slept_s])
         steps_per_rank = [int(s) for s in self.comm.allgather(self.steps)]  # waits for all
@@ -381,10 +401,38 @@ class Trainer:
             checkpoint=session.checkpoint,  # rank 0: the newest this run wrote
             checkpoint_s=self.checkpointer.seconds if self.checkpointer is not None else 0.0,
             checkpoint_bytes=self.checkpointer.bytes if self.checkpointer is not None else 0,
+            repeats=_spread(per_seed[-1], self.config.seed) if per_seed else None,
         )
+
+    def epoch_and_evaluate(self, epoch: int) -> tuple[float, dict[str, float]]:
+        """A replica's epoch (``[training] repeats``): its training loss and validation."""
+        caller = torch.get_rng_state()
+        torch.set_rng_state(self._rng)  # as if it trained alone
+        try:
+            loss = self._run_epoch(epoch)
+            with self.algorithm.consensus():  # waits for all ranks (except sync)
+                return loss, self.evaluate(self.data.val)
+        finally:
+            self._rng = torch.get_rng_state()
+            torch.set_rng_state(caller)
+
+    def end_replica(self) -> None:
+        """A replica's end of training: its algorithm finished, its session's communicator
+        freed."""
+        self.algorithm.finish()
+        if self.claims is not None:
+            self.claims.close()
+        self.session.finish()
 
     def state_dict(self) -> dict[str, Any]:
         return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+
+
+def _spread(seeds: list[tuple[float, dict[str, float]]], first: int) -> dict[str, Any]:
+    """Each seed's final values and their standard deviation (n - 1) by name."""
+    rows = [{"train_loss": t, **{f"val_{k}": v for k, v in val.items()}} for t, val in seeds]
+    std = {k: float(np.std([r[k] for r in rows], ddof=1)) for k in rows[0]}
+    return {"seeds": list(range(first, first + len(rows))), "values": rows, "std": std}
 
 
 def _first_sample(dataset: Any) -> Any:
