@@ -116,7 +116,7 @@ class Trainer:
         self.shape = BatchShape.of(config)
         self.precision = Precision(config.precision, self.device)
         # One real training sample (the user's dtype: token ids count too) for the FLOPs.
-        self.sample = self.shape.split(_first_sample(self.data.train))[0]
+        self.sample = to_device(self.shape.split(_first_sample(self.data.train))[0], self.device)
         self.flops = count_flops(self.model, self.sample)
         # Pruning during training (training/pruning/_units.py): refuses a model it cannot prune.
         self.pruning = UnitPruning(config.prune, self.model, comm) if config.prune else None
