@@ -158,7 +158,10 @@ class EventQueue:
         epoch_s = float(result.pop("sim_epoch_s", None) or (duration / epochs if epochs else 0))
         if lost_at is not None:  # the worker disappears at lost_at: no answer comes back
             address = f"sim-worker-{run.trial.number}"
-            exc = _killed_worker(future.key if hasattr(future, "key") else address, address)
+            # The trial's name, not the future's key (which names the driver object, a random
+            # suffix): a sweep replayed with the same seed says the same.
+            name = f"trial-{run.trial.study.study_name}-{run.trial.number}"
+            exc = _killed_worker(name, address)
             result = {**self.lost(exc), "sim_time_s": float(lost_at)}
             duration = float(lost_at)
         pending = _Pending(run, result, curve, epoch_s, run.sim_start + duration)

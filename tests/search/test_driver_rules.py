@@ -388,6 +388,20 @@ def test_two_drivers_in_one_process_never_share_a_trial_s_result(
     held.release()
 
 
+def test_trials_on_this_machine_share_its_cores_by_the_concurrency(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dask_client: Any) -> None:
+    from training.launch import TRIAL_CORES_ENV
+
+    driver, _ = _loop(tmp_path, monkeypatch, dask_client, "    return params['x']\n",
+                      {"trials": 1}, single_node=True)
+    driver.run(trials=1, concurrency=2, timeout=None)
+    assert driver.job_env[TRIAL_CORES_ENV] == str(max(1, len(os.sched_getaffinity(0)) // 2))
+    remote, _ = _loop(tmp_path, monkeypatch, dask_client, "    return params['x']\n",
+                      {"trials": 2})
+    remote.run(trials=2, concurrency=2, timeout=None)
+    assert TRIAL_CORES_ENV not in remote.job_env  # a batch job's ranks count their own cores
+
+
 def test_a_cluster_that_fails_fails_the_running_trials_and_requeues_them(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dask_client: Any) -> None:
     from search.clusters._watch import ClusterFailed

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 import training.launch._warm_pool as wp
+from training.launch import TRIAL_CORES_ENV
 from training._spec import TrialSpec
 
 FAKE = str(Path(__file__).resolve().parents[1] / "mpi_jobs" / "_fake_pool.py")
@@ -246,12 +247,15 @@ def test_pools_are_kept_apart_by_their_environment_and_threads() -> None:
     again = _run("complete", env={"FAKE_POOL_TAG": "a"})
     other = _run("complete", env={"FAKE_POOL_TAG": "b"})
     assert again["pool"]["pid"] == first["pool"]["pid"] and other["pool"]["fresh"] is True
-    assert first["threads"] == "1"  # threads_per_rank reaches the job (job_env)
+    # threads_per_rank left out: the cores this process may use over the trial's 1 rank.
+    assert first["threads"] == str(len(os.sched_getaffinity(0)))
+    with_cores = _run("complete", env={"FAKE_POOL_TAG": "a", TRIAL_CORES_ENV: "3"})
+    assert with_cores["threads"] == "3"  # the driver's share of the machine (DETOL_TRIAL_CORES)
     spec = TrialSpec(config={"ranks": 1, "threads_per_rank": 2}, launcher=[sys.executable, FAKE],
                      warm=True, own_loop={"function": "x:y", "params": {"do": "complete"}})
     wider = wp.run_warm_trial(spec, spec.config)
     assert wider["pool"]["fresh"] is True and wider["threads"] == "2"
-    assert len(wp.idle_pools()) == 3
+    assert len(wp.idle_pools()) == 4
 
 
 def test_the_start_failures_are_listed_with_each_ones_reason(
@@ -283,3 +287,13 @@ def test_a_pool_that_closes_and_is_killed_leaves_nothing_open() -> None:
     pool.kill()
     assert pool._conn is None and pool._listener is None and pool._dir is None  # noqa: SLF001
     pool.kill()  # twice: nothing left to do
+
+
+@pytest.mark.unit
+def test_threads_per_rank_left_out_share_the_trial_s_cores() -> None:
+    from training.launch import rank_threads
+
+    assert rank_threads(5, 2, {TRIAL_CORES_ENV: "8"}) == 5  # set: kept
+    assert rank_threads(None, 2, {TRIAL_CORES_ENV: "8"}) == 4
+    assert rank_threads(None, 3, {TRIAL_CORES_ENV: "2"}) == 1  # at least one
+    assert rank_threads(None, 1, {}) == len(os.sched_getaffinity(0))

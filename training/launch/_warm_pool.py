@@ -336,7 +336,9 @@ def run_warm_trial(
         launcher = launcher_argv(spec.launcher, pool_ranks, spec.env)
     except LauncherNotFound as exc:
         return {"state": "failed", "exit_reason": str(exc), "wall_time_s": 0.0}
-    env = job_env(rank_threads(config.threads_per_rank, config.ranks, spec.env),
+    # Threads by the pool's width, not the trial's: one pool (one environment) serves every
+    # width of a [resize]d trial.
+    env = job_env(rank_threads(config.threads_per_rank, pool_ranks, spec.env),
                   config.mpi_async_progress, spec.env)  # as cold
     # The pool's environment is the worker's at the pool's start, plus what the spec sets.
     pooled = ("OMP_NUM_THREADS", "MPIR_CVAR_ASYNC_PROGRESS", "MPI4PY_RC_THREAD_LEVEL")
