@@ -22,6 +22,7 @@ pytestmark = pytest.mark.mpi
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # 32 s; the trainer's path for it runs by default in test_research_code.py
 def test_the_hugging_face_study_trains_and_exports_its_best_weights(tmp_path: Path) -> None:
     journal = str(tmp_path / "hf.journal")
     proc = subprocess.run([*search_command(), "run", "studies/hf-vit-digits.toml", "--storage",
