@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 import training.launch._warm_pool as wp
-from training.launch import TRIAL_CORES_ENV
 from training._spec import TrialSpec
+from training.launch import TRIAL_CORES_ENV
 
 FAKE = str(Path(__file__).resolve().parents[1] / "mpi_jobs" / "_fake_pool.py")
 
