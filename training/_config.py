@@ -177,20 +177,15 @@ class TrainConfig(BaseModel):
             return value
         return check_name(value)
 
-    @field_validator("optimizer")
+    @field_validator("optimizer", "lr_schedule")
     @classmethod
-    def _optimizer(cls, value: str) -> str:
-        if value in OPTIMIZERS or ":" in value:
-            return value if value in OPTIMIZERS else check_name(value)
-        raise ValueError(f"{value!r} is not one of {', '.join(OPTIMIZERS)} or a "
-                         "'package.module:function' plug-in")
-
-    @field_validator("lr_schedule")
-    @classmethod
-    def _schedule(cls, value: str) -> str:
-        if value in SCHEDULES or ":" in value:
-            return value if value in SCHEDULES else check_name(value)
-        raise ValueError(f"{value!r} is not one of {', '.join(SCHEDULES)} or a "
+    def _built_in_or_plugin(cls, value: str, info: Any) -> str:
+        names = OPTIMIZERS if info.field_name == "optimizer" else SCHEDULES
+        if value in names:
+            return value
+        if ":" in value:
+            return check_name(value)
+        raise ValueError(f"{value!r} is not one of {', '.join(names)} or a "
                          "'package.module:function' plug-in")
 
     @property

@@ -44,17 +44,22 @@ def test_a_dataset_that_cannot_load_is_refused_before_the_first_trial(
     assert not (tmp_path / "s.journal").exists()
 
 
+def _failing_study(write_study, *, warm: bool) -> Path:
+    """One trial on 2 ranks whose dataset raises on rank 1."""
+    return write_study(training={"dataset": '"_trial_helpers:digits_failing_on_two_ranks"',
+                                 "ranks": "2"},
+                       top='pruner = "none"\n[budget]\ntrials = 1\nmax_failures = 1',
+                       tail=f'[launcher]\nwarm = {str(warm).lower()}\n'
+                            f'env = {{ PYTHONPATH = "{JOBS}" }}\n'
+                            '[space]\nlr = { type = "float", low = 0.01, high = 0.1 }')
+
+
 @pytest.mark.mpi
 def test_a_failed_trial_line_names_the_rank_its_error_and_the_full_log(
         tmp_path: Path, write_study) -> None:
     # Rank 1 of 2 raises; rank 0 is aborted and writes no result: the job's output must tell.
-    study = write_study(training={"dataset": '"_trial_helpers:digits_failing_on_two_ranks"',
-                                  "ranks": "2"},
-                        top='pruner = "none"\n[budget]\ntrials = 1\nmax_failures = 1',
-                        tail=f'[launcher]\nenv = {{ PYTHONPATH = "{JOBS}" }}\n'
-                             '[space]\nlr = { type = "float", low = 0.01, high = 0.1 }')
     storage = tmp_path / "s.journal"
-    code, out, err = _search(study, str(storage), tmp_path)
+    code, out, err = _search(_failing_study(write_study, warm=False), str(storage), tmp_path)
     assert code == 1, out + err
     log = tmp_path / "detol-logs" / "t" / "trial-0.log"  # beside the storage file
     lines = out.splitlines()
@@ -71,13 +76,8 @@ def test_a_failed_trial_line_names_the_rank_its_error_and_the_full_log(
 
 @pytest.mark.mpi
 def test_a_failed_warm_trial_keeps_its_log_file_too(tmp_path: Path, write_study) -> None:
-    study = write_study(training={"dataset": '"_trial_helpers:digits_failing_on_two_ranks"',
-                                  "ranks": "2"},
-                        top='pruner = "none"\n[budget]\ntrials = 1\nmax_failures = 1',
-                        tail=f'[launcher]\nwarm = true\nenv = {{ PYTHONPATH = "{JOBS}" }}\n'
-                             '[space]\nlr = { type = "float", low = 0.01, high = 0.1 }')
     storage = tmp_path / "s.journal"
-    code, out, err = _search(study, str(storage), tmp_path)
+    code, out, err = _search(_failing_study(write_study, warm=True), str(storage), tmp_path)
     assert code == 1, out + err
     log = tmp_path / "detol-logs" / "t" / "trial-0.log"
     assert f"full log: {log}" in out
