@@ -289,7 +289,6 @@ def test_a_pool_that_closes_and_is_killed_leaves_nothing_open() -> None:
     pool.kill()  # twice: nothing left to do
 
 
-@pytest.mark.unit
 def test_threads_per_rank_left_out_share_the_trial_s_cores() -> None:
     from training.launch import rank_threads
 
