@@ -20,7 +20,6 @@ from training.pruning import (
 ACTIVATIONS = ("relu", "tanh", "gelu", "silu")
 OPTIMIZERS = ("sgd", "adam", "adamw")  # or a "module:function" plug-in
 SCHEDULES = ("constant", "cosine", "step", "linear")  # or a "module:function" plug-in
-PRECISIONS = ("fp32", "bf16", "fp16")
 # Fields a study's [space] may search. The rest describe the experiment, not the candidate.
 _FIELDS = (
     "lr",
@@ -190,7 +189,8 @@ class TrainConfig(BaseModel):
 
     @property
     def takes_free_params(self) -> bool:
-        """Whether [space] may name parameters of the user's own (model or loss plug-in)."""
+        """Whether [space] may name parameters of the user's own (a model, loss, optimizer or
+        lr_schedule plug-in)."""
         return self.model is not None or (self.loss is not None and self.loss != "model") or (
             ":" in self.optimizer or ":" in self.lr_schedule)
 

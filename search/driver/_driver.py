@@ -338,12 +338,16 @@ class Driver:
 
     def _weights_path(self, number: int) -> str | None:
         """``detol-weights/STUDY/trial-N.pt``; None when the directory cannot be made."""
-        directory = weights_directory(self.storage_url, self.study.study_name)
+        path = self._weights_file(number)
         try:
-            directory.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
         except OSError:
             return None
-        return str(directory.resolve() / f"trial-{number}.pt")
+        return str(path)
+
+    def _weights_file(self, number: int) -> Path:
+        return weights_directory(self.storage_url, self.study.study_name).resolve() / (
+            f"trial-{number}.pt")
 
     def _write_log(self, number: int, text: str) -> str | None:
         """``detol-logs/STUDY/trial-N.log`` beside the storage file (else in the working
@@ -410,9 +414,9 @@ class Driver:
             counts.continuations += 1
         if state == "complete" and values is not None:
             if self.sf.training.keep_weights and self.sf.own_loop is None:
-                kept = self._weights_path(trial.number)
-                if kept is not None and os.path.exists(kept):  # rank 0 wrote them
-                    trial.set_user_attr("weights_path", kept)
+                kept = self._weights_file(trial.number)
+                if kept.exists():  # rank 0 wrote them
+                    trial.set_user_attr("weights_path", str(kept))
             self.study.tell(trial, values if len(values) > 1 else values[0])
             counts.complete += 1
             self.on_event("complete", trial, counts, result)

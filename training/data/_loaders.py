@@ -88,6 +88,14 @@ def collate(samples: list[Any]) -> Any:
     return default_collate(samples) if samples else None
 
 
+def rows_batch(dataset: Any, rows: list[int]) -> Any:
+    """Rows of ``dataset`` as one batch, collated as the loaders collate (in-memory sets: one
+    indexing)."""
+    if isinstance(dataset, InMemory):
+        return dataset.__getitems__(rows)
+    return collate([dataset[i] for i in rows])
+
+
 @dataclass
 class TrainData:
     """The trial's splits as map-style datasets and what a model builder is told about them."""

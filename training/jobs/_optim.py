@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -120,13 +119,11 @@ class Precision:
         self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(kind)
         self.scaler = torch.amp.GradScaler("cuda") if kind == "fp16" else None
 
-    @contextlib.contextmanager
-    def autocast(self) -> Iterator[None]:
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """The forward pass's context (every step: fp32 gets a no-op one)."""
         if self.dtype is None:
-            yield
-            return
-        with torch.autocast(device_type=self.device.type, dtype=self.dtype):
-            yield
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.dtype)
 
     def scale(self, loss: torch.Tensor) -> torch.Tensor:
         return loss if self.scaler is None else self.scaler.scale(loss)

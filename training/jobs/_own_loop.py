@@ -9,7 +9,6 @@ program hosting the loop (training.jobs.worker, training.jobs.warm_worker) fails
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,12 +23,13 @@ def run_own_loop(spec: Any, config: Any, comm: Any,
     function is found and torch seeded."""
     import torch
 
+    from training.launch import threads_here
     from training.plugins import resolve_train
     from training.session import describe_device
 
     own = spec.own_loop
     train = resolve_train(own["function"], own.get("sys_path"))
-    torch.set_num_threads(config.threads_per_rank or int(os.environ.get("OMP_NUM_THREADS") or 1))
+    torch.set_num_threads(threads_here(config.threads_per_rank))
     torch.manual_seed(config.seed)  # the same initial weights on every rank (wrap broadcasts)
     started = time.time()
     params = own.get("params") or {}

@@ -11,7 +11,6 @@ and algorithm built from the configuration, pruning during training, the epoch's
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +34,9 @@ from training.data import (
     make_loader,
 )
 from training.data._batches import BatchShape, rows, to_device
+from training.data._loaders import rows_batch
 from training.jobs._optim import Precision, Schedule, make_optimizer
+from training.launch import threads_here
 from training.models import count_flops
 from training.plugins import build_model, make_batch_sums, make_loss
 from training.pruning import UnitPruning, rebuild, resize, step_at, widths
@@ -107,16 +108,15 @@ class Trainer:
         self.objective = objective
         self.checkpointer = self.session.checkpointer
         self.device = self.session.device
-        # threads_per_rank left out: what the launch gave (training.launch.rank_threads)
-        torch.set_num_threads(config.threads_per_rank or int(os.environ.get("OMP_NUM_THREADS")
-                                                              or 1))
+        torch.set_num_threads(threads_here(config.threads_per_rank))
         self.data = _as_train_data(data, config)
         torch.manual_seed(config.seed)  # same initial weights on every rank ...
         self.model = build_model(config, self.data.info).to(self.device)
         self.shape = BatchShape.of(config)
         self.precision = Precision(config.precision, self.device)
         # One real training sample (the user's dtype: token ids count too) for the FLOPs.
-        self.sample = to_device(self.shape.split(_first_sample(self.data.train))[0], self.device)
+        first = rows_batch(self.data.train, [0])
+        self.sample = to_device(self.shape.split(first)[0], self.device)
         self.flops = count_flops(self.model, self.sample)
         # Pruning during training (training/pruning/_units.py): refuses a model it cannot prune.
         self.pruning = UnitPruning(config.prune, self.model, comm) if config.prune else None
@@ -433,15 +433,6 @@ def _spread(seeds: list[tuple[float, dict[str, float]]], first: int) -> dict[str
     rows = [{"train_loss": t, **{f"val_{k}": v for k, v in val.items()}} for t, val in seeds]
     std = {k: float(np.std([r[k] for r in rows], ddof=1)) for k in rows[0]}
     return {"seeds": list(range(first, first + len(rows))), "values": rows, "std": std}
-
-
-def _first_sample(dataset: Any) -> Any:
-    """The first training sample as a batch of one (collated as the loader collates)."""
-    if isinstance(dataset, InMemory):
-        return dataset.__getitems__([0])
-    from training.data import collate
-
-    return collate([dataset[0]])
 
 
 def _as_float(output: Any) -> Any:

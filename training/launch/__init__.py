@@ -21,6 +21,7 @@ from training.launch._line import (
     rank_threads,
     resolve_program,
     still_queued,
+    threads_here,
 )
 from training.launch._warm_pool import idle_pools, run_warm_trial, shutdown_pools
 
@@ -28,5 +29,5 @@ __all__ = [
     "DEFAULT_LAUNCHER", "SINGLE_NODE_ENV", "TRIAL_CORES_ENV", "LauncherNotFound",
     "die_with_parent", "end_job", "end_with_launcher", "idle_pools", "job_env", "launcher_argv",
     "node_lost", "pid_alive", "rank_threads", "resolve_program", "run_trial", "run_warm_trial",
-    "shutdown_pools", "still_queued",
+    "shutdown_pools", "still_queued", "threads_here",
 ]

@@ -103,6 +103,12 @@ def rank_threads(threads_per_rank: int | None, ranks: int,
     return max(1, cores // max(1, ranks))
 
 
+def threads_here(threads_per_rank: int | None) -> int:
+    """On a rank: ``threads_per_rank``, else what the launch gave it (``OMP_NUM_THREADS``, set
+    by :func:`job_env` from :func:`rank_threads`)."""
+    return threads_per_rank or int(os.environ.get("OMP_NUM_THREADS") or 1)
+
+
 def job_env(
     threads_per_rank: int, async_progress: bool, extra: Mapping[str, str]
 ) -> dict[str, str]:

@@ -125,13 +125,11 @@ def _collision(config: Any) -> PluginError | None:
 
 
 def _tiny_batch(dataset: Any, n: int = _TINY, start: int = 0) -> Any:
-    from training.data import InMemory, collate
+    from training.data._loaders import rows_batch
 
     rows = list(range(start, min(start + n, len(dataset))))
-    if isinstance(dataset, InMemory):
-        return dataset.__getitems__(rows)
     try:
-        return collate([dataset[i] for i in rows])  # type: ignore[no-any-return]
+        return rows_batch(dataset, rows)
     except Exception as exc:  # noqa: BLE001
         raise PluginError("training.dataset", f"reading samples {rows} of the training set "
                           f"failed: {type(exc).__name__}: {exc}") from None
@@ -214,7 +212,7 @@ def _run(request: dict[str, Any],
         raise PluginError(loss_key, f"the loss returned {what}, expected a scalar tensor "
                           "with a gradient (the batch's mean)")
     loss.backward()
-    warnings = _summed_loss(config, shape, model, data.train, loss_key)
+    warnings = _summed_loss(loss_fn, shape, model, data.train, loss_key)
     make_optimizer(config, model)  # the optimizer plug-in's own errors, up front
     schedule = Schedule(config)
     for epoch in range(1, config.epochs + 1):  # the schedule plug-in over the whole run
@@ -244,14 +242,13 @@ def _run(request: dict[str, Any],
     return reported, warnings
 
 
-def _summed_loss(config: Any, shape: Any, model: Any, dataset: Any, key: str) -> list[str]:
+def _summed_loss(loss: Any, shape: Any, model: Any, dataset: Any, key: str) -> list[str]:
     """A warning when the loss of 2 samples is the sum of theirs, not the mean (detol divides
     a batch's loss by its rows itself: a summed loss trains at batch-size times the lr)."""
     import torch
 
     if len(dataset) < 2:
         return []
-    loss = __import__("training.plugins._plugins", fromlist=["make_loss"]).make_loss(config)
     with torch.no_grad():
         model.eval()
         try:
@@ -271,30 +268,25 @@ def _summed_loss(config: Any, shape: Any, model: Any, dataset: Any, key: str) ->
     return []
 
 
+def _answer(request: dict[str, Any], found: dict[str, str | None]) -> dict[str, Any]:
+    """The check's answer to one request: its metrics and warnings, or the key and the error."""
+    try:
+        metrics, warnings = _run(request, found)
+        return {"metrics": metrics, "warnings": warnings}
+    except PluginError as exc:
+        return {"key": exc.key, "error": exc.message}
+    except Exception as exc:  # noqa: BLE001 - a check that breaks says so in one line
+        return {"key": "training", "error": f"{type(exc).__name__}: {exc}"}
+
+
 def main(found: dict[str, str | None]) -> int:
     request = json.loads(sys.stdin.read())
     if "draws" in request:  # several trials' configs: each its own answer
-        draws = []
-        for config in request["draws"]:
-            try:
-                metrics, warnings = _run({"config": config,
-                                          "objectives": request["objectives"]}, found)
-                draws.append({"metrics": metrics, "warnings": warnings})
-            except PluginError as exc:
-                draws.append({"key": exc.key, "error": exc.message})
-            except Exception as exc:  # noqa: BLE001
-                draws.append({"key": "training", "error": f"{type(exc).__name__}: {exc}"})
-        sys.stdout.flush()
-        print(json.dumps({"draws": draws}), flush=True)
-        return 0
-    try:
-        metrics, warnings = _run(request, found)
-        answer: dict[str, Any] = {"metrics": metrics, "warnings": warnings}
-    except PluginError as exc:
-        answer = {"key": exc.key, "error": exc.message}
-    except Exception as exc:  # noqa: BLE001 - a check that breaks says so in one line
-        answer = {"key": "training", "error": f"{type(exc).__name__}: {exc}"}
+        answer: dict[str, Any] = {"draws": [
+            _answer({"config": config, "objectives": request["objectives"]}, found)
+            for config in request["draws"]]}
+    else:
+        answer = _answer(request, found)
     sys.stdout.flush()
     print(json.dumps(answer), flush=True)
     return 0
-
