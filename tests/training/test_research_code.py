@@ -49,8 +49,10 @@ def test_a_hugging_face_model_trains_on_its_own_loss_with_adamw_warmup_and_bf16(
     curve = got["curve"]  # 6 epochs; chance is 0.1. Sync reached 0.62 here, asgd 0.25 (each
     # rank's own AdamW between the weight exchanges learns slower): half of that is asked.
     assert curve[-1] > {"sync": 0.3, "asgd": 0.15}[algorithm] and max(curve) > curve[0], curve
-    # The linear schedule ran to its end: the last step's rate is a small part of lr.
-    assert 0 < got["lr_at_end"] < 3e-3 * 0.1
+    # The linear schedule ran to its end: the last step's rate is a small part of lr (asgd: a
+    # rank that claimed more than its share of the last epoch steps on at its end, rate 0).
+    least = 0.0 if algorithm == "asgd" else 1e-12
+    assert least <= got["lr_at_end"] < 3e-3 * 0.1
     # ViT: the patches' projection, the Linear layers and attention's two products per layer.
     assert got["flops"] > got["linear_macs"] > 0
 
