@@ -14,7 +14,6 @@ from training.pruning import (
     SEARCHABLE_PRUNE,
     PruneConfig,
     apply_prune_params,
-    unprunable,
 )
 
 ACTIVATIONS = ("relu", "tanh", "gelu", "silu")
@@ -272,9 +271,6 @@ class TrainConfig(BaseModel):
         if prune.end_epoch > self.epochs:
             raise ValueError(f"prune.end_epoch = {prune.end_epoch} is after the last epoch "
                              f"(epochs = {self.epochs})")
-        family = (self.genome or {}).get("family")
-        if self.model is None and family not in (None, "stack"):
-            raise ValueError(f"prune: {unprunable(family)}")
 
     def with_params(self, params: dict[str, Any]) -> TrainConfig:
         """A copy with the searched values of ``params`` applied (validated again)."""

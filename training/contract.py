@@ -24,7 +24,6 @@ from training.launch import DEFAULT_LAUNCHER, SINGLE_NODE_ENV
 from training.plugins import PluginError, check_name, import_function
 from training.plugins.check import check_own_loop, check_plugin_draws, check_plugins
 from training.pruning import field_of as prune_field
-from training.pruning import unprunable
 from training.session import CONTINUE, VECTOR_ATTR, OptunaReporter, build_pruner
 from training.storage import (
     CHECKPOINT_ATTR,
@@ -70,7 +69,6 @@ __all__ = [
     "journal_path",
     "open_storage",
     "prune_field",
-    "unprunable",
     "ranks_message",
     "redact",
     "retrying_call",

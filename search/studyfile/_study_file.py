@@ -53,7 +53,7 @@ from search.studyfile._space_table import (
     salvage,
     to_dimension,
 )
-from training.contract import METRICS, TrainConfig, unprunable
+from training.contract import METRICS, TrainConfig
 
 
 class StudyFile(_Strict):
@@ -251,10 +251,6 @@ class StudyFile(_Strict):
                 f"one trial, which cannot pause or checkpoint yet ({why}): leave out one of them"))
         problems += self._warm_start_problems()
         problems += resize_problems(self)
-        family = (self.space_genome or {}).get("family", "stack")
-        searched = any(k.startswith("prune_") for k in self.space)
-        if family != "stack" and (self.training.prune or searched):
-            problems.append(StudyError("training.prune", unprunable(family)))
         genome_ok = True
         if self.space_genome is not None:
             try:

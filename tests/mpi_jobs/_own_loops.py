@@ -170,13 +170,14 @@ def pruned(session: Any) -> None:
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(),
                           nn.Linear(16, 3))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    model, opt = session.wrap(model, opt, algorithm=session.params.get("algorithm", "sync"))
+    data = Blobs(192)
+    model, opt = session.wrap(model, opt, algorithm=session.params.get("algorithm", "sync"),
+                              example=data.x[:2])  # the graph pruning traces
     state, start = session.load_checkpoint(), 1
     if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         start = state["epoch"] + 1
-    data = Blobs(192)
     loader = session.shard(data, batch_size=32)
     rows: list[dict[str, Any]] = []
     for epoch in range(start, session.epochs + 1):

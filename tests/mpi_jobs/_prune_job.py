@@ -26,7 +26,7 @@ from optuna.artifacts import FileSystemArtifactStore
 from training._config import TrainConfig
 from training.algorithms._base import flat_parameters
 from training.jobs._trainer import Trainer
-from training.pruning._units import agreed, widths
+from training.pruning._units import agreed
 
 STACK = {"family": "stack", "layers": [
     {"kind": "conv", "width": 16, "activation": "relu", "dropout": 0.0, "kernel": 3, "pool": True},
@@ -51,7 +51,7 @@ def main(out: str) -> None:
         run = trainer.train()
         result[case] = {
             "kept": comm.allgather(trainer.pruning.kept),  # type: ignore[union-attr]
-            "widths": comm.allgather(widths(trainer.model)),
+            "widths": comm.allgather(trainer.pruning.widths()),  # type: ignore[union-attr]
             "n_params": [r["n_params"] for r in run.history],
             "flops": [r["flops"] for r in run.history],
             "accuracy": run.values["val_accuracy"],
@@ -75,7 +75,7 @@ def main(out: str) -> None:
     second = again.train()
     diff = float(np.abs(flat_parameters(straight.model) - flat_parameters(again.model)).max())
     result["resume"] = {
-        "widths": [widths(straight.model), widths(again.model)],
+        "widths": [straight.pruning.widths(), again.pruning.widths()],  # type: ignore[union-attr]
         "start_epoch": second.start_epoch,
         "full": [r["val_accuracy"] for r in full.history],
         "resumed": [r["val_accuracy"] for r in second.history],

@@ -331,6 +331,9 @@ def test_the_sampler_and_loader_read_this_ranks_share_from_the_next_epoch() -> N
     assert shuffled.batch_sampler.seed == 9 and shuffled.batch_sampler.shuffle is True
 
 
+X = torch.randn(2, 4)  # a pruned model's example inputs (its graph is traced on them)
+
+
 def _pruned_session(**kw: Any) -> Session:
     from training.pruning import PruneConfig
 
@@ -345,7 +348,8 @@ def _mlp() -> torch.nn.Sequential:
 def test_the_first_wrapped_model_is_pruned_on_its_schedule() -> None:
     s = _pruned_session()
     model = _mlp()
-    model, opt = s.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1), bucket_kb=1)
+    model, opt = s.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1), bucket_kb=1,
+                        example=X)
     assert opt.name == "sync" and opt.pruning[1] is model  # type: ignore[index]
     assert s.prune_units(1) is False and model[0].out_features == 6
     assert s.prune_units(2) is True and model[0].out_features == 3
@@ -359,7 +363,7 @@ def test_a_pruned_models_checkpoint_keeps_its_widths_and_a_resume_restores_them_
     store = _Store()
     s = _pruned_session(checkpointer=store)
     model = _mlp()
-    model, _ = s.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    model, _ = s.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1), example=X)
     s.prune_units(2)
     s.report(2, {"a": 1.0})
     s.save_checkpoint({"model": model.state_dict()})
@@ -368,7 +372,7 @@ def test_a_pruned_models_checkpoint_keeps_its_widths_and_a_resume_restores_them_
     assert set(state["detol_pruned"]["pruning"]) == {"taylor"}
     resumed = _pruned_session(checkpointer=_Store(resume=(header, state)), resume_from="a")
     fresh = _mlp()
-    fresh, _ = resumed.wrap(fresh, torch.optim.SGD(fresh.parameters(), lr=0.1))
+    fresh, _ = resumed.wrap(fresh, torch.optim.SGD(fresh.parameters(), lr=0.1), example=X)
     assert fresh[0].out_features == 3
     fresh.load_state_dict(resumed.load_checkpoint()["model"])  # the shapes fit
 
@@ -413,7 +417,8 @@ def test_wrap_passes_the_algorithms_options_on() -> None:
 def test_pruning_slices_the_optimizer_state_and_renews_the_algorithm() -> None:
     s = _pruned_session()
     model = _mlp()
-    model, opt = s.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
+    model, opt = s.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                        example=X)
     model(torch.randn(3, 4)).sum().backward()
     opt.step()
     before = opt.algorithm
@@ -433,6 +438,6 @@ def test_a_resumed_pruned_model_gets_its_taylor_sums_back() -> None:
     state = {"detol_pruned": {"widths": [6], "pruning": sums}}
     s = _session(prune=config, checkpointer=_Store(resume=(header, state)), resume_from="a")
     model = _mlp()
-    _, opt = s.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    _, opt = s.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1), example=X)
     pruning = opt.pruning[0]  # type: ignore[index]
     assert torch.equal(pruning.taylor[0], sums["taylor"][0])

@@ -1,5 +1,5 @@
-"""The taylor criterion and the cubic schedule, in one process: taylor's per-unit sum is
-activation x gradient, it picks the units the loss does not use (where l1 would not), ranks
+"""The taylor criterion and the cubic schedule, in one process: taylor sums Torch-Pruning's
+per-batch score of each unit, it picks the units the loss does not use (where l1 would not), ranks
 holding different weights agree on its summed importances, and its sums survive a checkpoint."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from torch import nn
 from spaces import genome_from_dict
 from training.models._genome import build_genome_model
 from training.pruning._config import PruneConfig
-from training.pruning._units import UnitPruning, choose, groups, importance, taylor_batch
+from training.pruning._units import UnitPruning, choose
 
 pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
 
@@ -23,6 +23,7 @@ STACK = {"family": "stack", "layers": [
     {"kind": "dense", "width": 12, "activation": "tanh", "dropout": 0.0},  # no dead units
 ]}
 TAYLOR = PruneConfig(criterion="taylor", target=0.5, start_epoch=2, end_epoch=2, steps=1)
+X = torch.randn(2, 64)  # example inputs: what the graph is traced on
 
 
 class _Self:  # the communicator of one rank, as the pruner sees it
@@ -68,41 +69,36 @@ def _batches(model: nn.Module, pruning: UnitPruning, n: int, seed: int) -> None:
         pruning.after_backward(model)
 
 
-def test_taylor_is_the_sum_of_activation_times_gradient_per_unit() -> None:
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(1, 6, 3, padding=1, bias=False), nn.BatchNorm2d(6),
-                          nn.ReLU(), nn.Flatten(), nn.Linear(6 * 16, 5), nn.ReLU(),
-                          nn.Linear(5, 3))
-    conv, dense = groups(model)
-    outputs: dict[str, torch.Tensor] = {}
-
-    def keep(name: str) -> Any:
-        def hook(_m: nn.Module, _i: Any, out: torch.Tensor) -> None:
-            out.retain_grad()
-            outputs[name] = out
-        return hook
-
-    conv.norms[0].register_forward_hook(keep("conv"))  # the unit's output: after its norm
-    dense.producer.register_forward_hook(keep("dense"))  # no norm: the Linear's output
-    x, y = torch.randn(16, 1, 4, 4), torch.randint(0, 3, (16,))
+def test_taylor_sums_the_librarys_score_of_each_batch_per_unit() -> None:
+    model = _stack()
+    one = UnitPruning(TAYLOR, model, _Self(), X)
+    _batches(model, one, 1, seed=3)
+    first = [t.clone() for t in one.taylor]
+    g = torch.Generator().manual_seed(4)
+    x, y = torch.randn(16, 64, generator=g), torch.randint(0, 10, (16,), generator=g)
+    model.zero_grad()
     nn.functional.cross_entropy(model(x), y).backward()
-    for name, group in (("conv", conv), ("dense", dense)):
-        out = outputs[name]
-        dims = [d for d in range(out.dim()) if d != 1]
-        expected = (out * out.grad).sum(dim=dims).abs().double()
-        assert torch.allclose(taylor_batch(group), expected, rtol=1e-4, atol=1e-9)
-        assert expected.max() > 1e-6  # not a sum of zeros
+    assert one.graph is not None
+    batch = [one._score(grp) for grp in one.graph.groups]
+    one.after_backward(model)
+    for total, before, b in zip(one.taylor, first, batch, strict=True):
+        assert b is not None and b.max() > 1e-6  # not a sum of zeros
+        assert torch.allclose(total, before + b)
 
 
 def test_taylor_removes_the_units_the_loss_does_not_use_where_l1_keeps_them() -> None:
     model = _stack()
-    dense = groups(model)[1]
+    l1 = UnitPruning(TAYLOR.model_copy(update={"criterion": "l1"}), model, _Self(), X)
+    assert l1.graph is not None
+    dense = l1.graph.groups[1]
+    producer = l1.graph.root(dense)
+    consumer = model.body[-1]  # the classifier reads the 12 neurons
     unused = [1, 4, 7, 10, 11, 0]  # half of the 12 neurons: large weights, read by nobody
     with torch.no_grad():
-        dense.producer.weight[unused] *= 50.0
-        dense.consumer.weight[:, unused] = 0.0
-    assert choose(importance(dense, "l1").numpy(), 6).tolist() == sorted(unused)  # l1's pick
-    taylor = UnitPruning(TAYLOR, model, _Self())
+        producer.weight[unused] *= 50.0
+        consumer.weight[:, unused] = 0.0
+    assert choose(l1._score(dense).numpy(), 6).tolist() == sorted(unused)  # l1's pick
+    taylor = UnitPruning(TAYLOR, model, _Self(), X)
     _batches(model, taylor, 4, seed=1)
     assert taylor.prune(model, None, 2)
     assert taylor.kept[0][1] == sorted(set(range(12)) - set(unused))
@@ -111,7 +107,7 @@ def test_taylor_removes_the_units_the_loss_does_not_use_where_l1_keeps_them() ->
 def test_ranks_with_different_weights_remove_the_same_units() -> None:
     comm = _Threads(2)
     models = [_stack(seed=r) for r in range(2)]  # asgd-like: each rank its own weights
-    prunings = [UnitPruning(TAYLOR, m, comm.rank_view(r)) for r, m in enumerate(models)]
+    prunings = [UnitPruning(TAYLOR, m, comm.rank_view(r), X) for r, m in enumerate(models)]
     for r in range(2):
         _batches(models[r], prunings[r], 3, seed=10 + r)
     sums = [[t.clone() for t in p.taylor] for p in prunings]
@@ -127,14 +123,14 @@ def test_ranks_with_different_weights_remove_the_same_units() -> None:
         t.join()
     assert prunings[0].kept == prunings[1].kept == [
         [choose(m, len(m) // 2).tolist() for m in mean]]
-    assert [g.width for g in groups(models[0])] == [g.width for g in groups(models[1])] == [4, 6]
+    assert prunings[0].widths() == prunings[1].widths() == [4, 6]
 
 
 def test_taylor_sums_survive_a_checkpoint_and_restart_after_a_step() -> None:
     model, again = _stack(), _stack()
-    straight = UnitPruning(TAYLOR, model, _Self())
+    straight = UnitPruning(TAYLOR, model, _Self(), X)
     _batches(model, straight, 3, seed=2)
-    resumed = UnitPruning(TAYLOR, again, _Self())
+    resumed = UnitPruning(TAYLOR, again, _Self(), X)
     resumed.load_state_dict(straight.state_dict())  # as a checkpoint restores it
     straight.prune(model, None, 2)
     resumed.prune(again, None, 2)

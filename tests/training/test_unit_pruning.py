@@ -1,8 +1,14 @@
-"""Pruning during training, in one process: units are really removed (parameters and FLOPs
-drop), the optimizer state is sliced with them (never reset), a pruned layer keeps learning,
-batch norms are sliced, and the [training] prune table is validated key by key."""
+"""Structured pruning in one process, through Torch-Pruning's dependency graph: units are
+physically removed (parameters and FLOPs drop), coupled layers (residual sums, batch norms,
+attention) lose the same units, the optimizer's state is sliced with the weights, checkpoint
+widths restore, and models or settings it cannot prune are refused with one line."""
 
 from __future__ import annotations
+
+import copy
+import importlib
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,13 +21,16 @@ from spaces import genome_from_dict
 from training._config import TrainConfig
 from training.models._genome import build_genome_model, model_cost
 from training.pruning._config import PruneConfig
-from training.pruning._units import PruneError, UnitPruning, groups, remove_units, resize, widths
+from training.pruning._graph import Graph, PruneError, remove
+from training.pruning._units import UnitPruning
 
 STACK = {"family": "stack", "layers": [
     {"kind": "conv", "width": 16, "activation": "relu", "dropout": 0.0, "kernel": 3, "pool": True},
     {"kind": "conv", "width": 16, "activation": "relu", "dropout": 0.0, "kernel": 3, "pool": True},
     {"kind": "dense", "width": 32, "activation": "relu", "dropout": 0.0},
 ]}
+ONCE = PruneConfig(target=0.5, start_epoch=1, end_epoch=1, steps=1)
+X = torch.randn(2, 64)  # the stack's example inputs (8x8 images, flattened)
 
 
 class _Self:  # the communicator of one rank, as the pruner sees it
@@ -33,24 +42,72 @@ def _stack() -> nn.Module:
     return build_genome_model(genome_from_dict(STACK), (1, 8, 8), 10)
 
 
-def _train(model: nn.Module, opt: torch.optim.Optimizer, steps: int = 3) -> None:
+def _train(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, steps: int = 3,
+           classes: int = 10) -> None:
     g = torch.Generator().manual_seed(1)
     for _ in range(steps):
-        x, y = torch.randn(16, 64, generator=g), torch.randint(0, 10, (16,), generator=g)
+        y = torch.randint(0, classes, (len(x),), generator=g)
         opt.zero_grad()
         nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
+
+
+class Residual(nn.Module):
+    """conv-bn, then a block whose output is added to its input (a ResNet's basic block)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+        self.a = nn.Sequential(nn.Conv2d(8, 6, 3, padding=1), nn.BatchNorm2d(6), nn.ReLU())
+        self.b = nn.Sequential(nn.Conv2d(6, 8, 3, padding=1), nn.BatchNorm2d(8))
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.stem(x)
+        return self.head(torch.relu(h + self.b(self.a(h))))
+
+
+class Encoder(nn.Module):
+    """Token embeddings, two torch transformer encoder layers, mean pooling, a classifier."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(20, 32)
+        layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(32, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(self.embed(x)).mean(1))
+
+
+class HeadsByHand(nn.Module):
+    """Attention written as research code often does (q, k, v split into heads by a view: the
+    library offers no group there) on a residual stream that is the model's input itself:
+    cutting the stream's channels breaks the model, so that group is left alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(16, 48)
+        self.mlp = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16))
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, 4, 4).unbind(2)
+        att = torch.softmax(torch.einsum("bthd,bshd->bhts", q, k) / 2.0, -1)
+        h = x + torch.einsum("bhts,bshd->bthd", att, v).reshape(b, t, 16)
+        return self.head((h + self.mlp(h)).mean(1))
 
 
 @pytest.mark.unit
 def test_pruning_removes_units_so_parameters_and_flops_drop() -> None:
     model = _stack()
     dense = model_cost(model, (1, 8, 8))
-    pruning = UnitPruning(PruneConfig(target=0.5, start_epoch=1, end_epoch=1, steps=1), model,
-                          _Self())
+    pruning = UnitPruning(ONCE, model, _Self(), X)
     assert pruning.prune(model, None, 1)
     pruned = model_cost(model, (1, 8, 8))
-    assert widths(model) == [8, 8, 16]  # 16, 16, 32 halved; the classifier keeps its 10
+    assert pruning.widths() == [8, 8, 16]  # 16, 16, 32 halved; the classifier keeps its 10
     # Masks would leave both counts where they were: the tensors themselves are smaller.
     assert pruned.n_params < 0.4 * dense.n_params
     assert pruned.flops < 0.4 * dense.flops
@@ -63,34 +120,152 @@ def test_optimizer_state_is_sliced_with_the_weights(kind: str) -> None:
     model = _stack()
     opt = (torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9) if kind == "sgd"
            else torch.optim.Adam(model.parameters(), lr=1e-3))
-    _train(model, opt)
-    conv2 = groups(model)[1]
+    _train(model, opt, torch.randn(16, 64))
+    graph = UnitPruning(ONCE, model, _Self(), X).graph
+    assert graph is not None
+    conv2, dense = graph.groups[1], model.body[-1]  # the second conv; the classifier
+    producer, consumer = graph.root(conv2), graph.layers(graph.groups[2], (nn.Linear,))[0]
     keys = ["momentum_buffer"] if kind == "sgd" else ["exp_avg", "exp_avg_sq"]
-    before = {k: (opt.state[conv2.producer.weight][k].clone(),
-                  opt.state[conv2.consumer.weight][k].clone()) for k in keys}
+    before = {k: (opt.state[producer.weight][k].clone(), opt.state[consumer.weight][k].clone())
+              for k in keys}
+    weights = (producer.weight.detach().clone(), consumer.weight.detach().clone())
     keep = torch.tensor([0, 3, 4, 9, 15])
-    remove_units(conv2, keep, opt)
+    remove(graph, [(conv2, sorted(set(range(16)) - set(keep.tolist())))], opt)
     spread = 4  # the dense layer after the flatten reads 2x2 positions per channel
     cols = (keep[:, None] * spread + torch.arange(spread)).reshape(-1)
+    assert torch.equal(producer.weight, weights[0][keep])
+    assert torch.equal(consumer.weight, weights[1][:, cols])
     for k in keys:
-        own, consumer = before[k]
-        assert torch.equal(opt.state[conv2.producer.weight][k], own[keep])
-        assert torch.equal(opt.state[conv2.consumer.weight][k], consumer[:, cols])
+        own, read = before[k]
+        assert torch.equal(opt.state[producer.weight][k], own[keep])
+        assert torch.equal(opt.state[consumer.weight][k], read[:, cols])
     ids = {id(p) for g in opt.param_groups for p in g["params"]}
     assert ids == {id(p) for p in model.parameters()}  # the optimizer steps the new tensors
+    assert dense.out_features == 10
+
+
+@pytest.mark.unit
+def test_a_residual_pair_loses_the_same_channels_and_the_rest_follows() -> None:
+    torch.manual_seed(0)
+    model = Residual()
+    x = torch.randn(4, 1, 6, 6)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    _train(model, opt, x, classes=3)
+    pruning = UnitPruning(ONCE, model, _Self(), x[:2])
+    graph = pruning.graph
+    assert graph is not None
+    # One group for the sum's 8 channels (stem conv, block's last conv, their norms, the
+    # block's first conv and the classifier read them), one for the block's inner 6.
+    convs = [{graph.name[m] for m in graph.layers(g, (nn.Conv2d,))} for g in graph.groups]
+    assert sorted(map(sorted, convs)) == [["a.0"], ["b.0", "stem.0"]]
+    assert sorted(pruning.widths()) == [6, 8]
+    shared = graph.groups[convs.index({"stem.0", "b.0"})]
+    old = {n: p.detach().clone() for n, p in model.named_parameters()}
+    momentum = {n: opt.state[p]["momentum_buffer"].clone() for n, p in model.named_parameters()}
+    gone = [1, 2, 5, 6]
+    remove(graph, [(shared, gone)], opt)
+    keep = torch.tensor([0, 3, 4, 7])
+    params = dict(model.named_parameters())
+    for name in ("stem.0.weight", "stem.1.weight", "b.0.weight", "b.1.bias"):  # outputs
+        assert torch.equal(params[name], old[name][keep]), name
+        assert torch.equal(opt.state[params[name]]["momentum_buffer"], momentum[name][keep])
+    for name in ("a.0.weight", "head.2.weight"):  # inputs
+        assert torch.equal(params[name], old[name][:, keep]), name
+    assert model.stem[1].running_mean.shape == (4,) and model.b[1].num_features == 4
+    _train(model, opt, x, classes=3)  # trains on, shapes consistent
+
+
+@pytest.mark.unit
+def test_the_weights_kept_are_the_librarys_own_choice_and_values() -> None:
+    """The index codes reproduce exactly what Torch-Pruning does to the weights themselves."""
+    import torch_pruning as tp
+
+    torch.manual_seed(0)
+    for model, x in ((Residual(), torch.randn(2, 1, 6, 6)),
+                     (Encoder(), torch.randint(0, 20, (2, 7)))):
+        theirs = copy.deepcopy(model)
+        graph = Graph(model, x)
+        plans = []
+        for g in graph.groups:
+            step = graph.step(g)
+            plans.append((graph.name[graph.root(g)], list(range(0, 2 * step))))
+        remove(graph, [(g, idxs) for g, (_, idxs) in zip(graph.groups, plans, strict=True)])
+        dg = tp.DependencyGraph().build_dependency(theirs, example_inputs=x)
+        mods = dict(theirs.named_modules())
+        for name, idxs in plans:
+            root = mods[name]
+            fn = dg.get_pruner_of_module(root).prune_out_channels
+            dg.get_pruning_group(root, fn, idxs).prune()
+        ours = dict(model.named_parameters())
+        for name, p in theirs.named_parameters():
+            assert torch.equal(ours[name], p), name
+        assert torch.equal(model.eval()(x), theirs.eval()(x))
+
+
+@pytest.mark.unit
+def test_models_of_every_shape_prune_and_train_on() -> None:
+    sys.path.append(str(Path(__file__).resolve().parents[2] / "examples" / "fashion_png"))
+    importlib.import_module("torchvision_cpu")  # first: this machine's wheels (its docstring)
+    torchvision = importlib.import_module("torchvision")
+
+    torch.manual_seed(0)
+    resnet = torchvision.models.resnet18(weights=None, num_classes=10)
+    resnet.conv1 = nn.Conv2d(1, 64, 3, 1, 1, bias=False)
+    cell = {"family": "cell", "nodes": 4, "edges": ["nor_conv_3x3", "skip_connect",
+                                                    "nor_conv_1x1", "avg_pool_3x3",
+                                                    "nor_conv_3x3", "skip_connect"]}
+    macro = {"family": "macro", "nodes": [
+        {"op": "conv", "inputs": [0], "width": 8, "kernel": 3},
+        {"op": "conv", "inputs": [1], "width": 12, "kernel": 3},
+        {"op": "conv", "inputs": [1, 2], "width": 16, "kernel": 3}]}
+    cases = {
+        "resnet18": (resnet, torch.randn(2, 1, 16, 16), 10),
+        "transformer": (Encoder(), torch.randint(0, 20, (2, 7)), 5),
+        "cell": (build_genome_model(genome_from_dict(cell), (1, 8, 8), 10), torch.randn(2, 64), 10),
+        "macro": (build_genome_model(genome_from_dict(macro), (1, 8, 8), 10), torch.randn(2, 64),
+                  10),
+    }
+    for name, (model, x, classes) in cases.items():
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        _train(model, opt, x, steps=1, classes=classes)
+        n = sum(p.numel() for p in model.parameters())
+        pruning = UnitPruning(ONCE, model, _Self(), x)
+        assert pruning.prune(model, opt, 1), name
+        assert sum(p.numel() for p in model.parameters()) < 0.6 * n, name
+        _train(model, opt, x, steps=1, classes=classes)
+        assert model(x).shape == (2, classes), name
+        assert all(opt.state[p]["exp_avg"].shape == p.shape for p in model.parameters()), name
+
+
+@pytest.mark.unit
+def test_attention_loses_whole_heads_worth_and_a_group_it_cannot_cut_is_left_alone() -> None:
+    torch.manual_seed(0)
+    model = Encoder()
+    x = torch.randint(0, 20, (2, 7))
+    pruning = UnitPruning(PruneConfig(target=0.3, start_epoch=1, end_epoch=1, steps=1), model,
+                          _Self(), x)
+    pruning.prune(model, None, 1)
+    attention = model.encoder.layers[0].self_attn
+    assert attention.embed_dim % attention.num_heads == 0 and attention.embed_dim < 32
+    by_hand = HeadsByHand()
+    pruning = UnitPruning(ONCE, by_hand, _Self(), torch.randn(2, 5, 16))
+    assert pruning.left_alone() == ["mlp.2"]  # the stream: the input's 16 features
+    assert pruning.prune(by_hand, None, 1) and by_hand.mlp[0].out_features == 16
+    assert by_hand.qkv.out_features == 48 and by_hand.mlp[2].out_features == 16
+    assert by_hand(torch.randn(3, 5, 16)).shape == (3, 3)
 
 
 @pytest.mark.unit
 def test_a_pruned_layer_keeps_learning() -> None:
     model = _stack()
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    _train(model, opt)
-    UnitPruning(PruneConfig(target=0.5, start_epoch=1, end_epoch=1, steps=1), model,
-                _Self()).prune(model, opt, 1)
-    conv2 = groups(model)[1]
-    w = conv2.producer.weight.detach().clone()
-    _train(model, opt, steps=2)
-    assert (conv2.producer.weight.detach() - w).abs().max() > 1e-4
+    _train(model, opt, torch.randn(16, 64))
+    pruning = UnitPruning(ONCE, model, _Self(), X)
+    pruning.prune(model, opt, 1)
+    conv2 = pruning.graph.root(pruning.graph.groups[1])  # type: ignore[union-attr]
+    w = conv2.weight.detach().clone()
+    _train(model, opt, torch.randn(16, 64), steps=2)
+    assert (conv2.weight.detach() - w).abs().max() > 1e-4
 
 
 @pytest.mark.unit
@@ -103,7 +278,7 @@ def test_batch_norm_scales_choose_the_units_and_are_sliced() -> None:
         bn.weight.copy_(torch.tensor([0.9, -0.01, 0.5, 0.02, -0.7, 0.03]))
         bn.running_mean.copy_(torch.arange(6.0))
     config = PruneConfig(criterion="bn_l1", target=0.5, start_epoch=1, end_epoch=1, steps=1)
-    UnitPruning(config, model, _Self()).prune(model, None, 1)
+    UnitPruning(config, model, _Self(), torch.zeros(2, 1, 4, 4)).prune(model, None, 1)
     assert bn.weight.detach().tolist() == pytest.approx([0.9, 0.5, -0.7])  # the largest |scale|
     assert bn.running_mean.tolist() == [0.0, 2.0, 4.0] and bn.num_features == 3
     assert model(torch.zeros(2, 1, 4, 4)).shape == (2, 3)
@@ -112,22 +287,54 @@ def test_batch_norm_scales_choose_the_units_and_are_sliced() -> None:
 @pytest.mark.unit
 def test_resize_restores_the_widths_of_a_checkpoint() -> None:
     model, pruned = _stack(), _stack()
-    UnitPruning(PruneConfig(target=0.5, start_epoch=1, end_epoch=1, steps=1), pruned,
-                _Self()).prune(pruned, None, 1)
-    resize(model, widths(pruned))
+    opt = torch.optim.SGD(pruned.parameters(), lr=0.05)
+    _train(pruned, opt, torch.randn(16, 64))
+    done = UnitPruning(ONCE, pruned, _Self(), X)
+    done.prune(pruned, None, 1)
+    again = UnitPruning(ONCE, model, _Self(), X)
+    again.resize(done.widths())
     model.load_state_dict(pruned.state_dict())
     x = torch.randn(3, 64)
     assert torch.equal(model(x), pruned(x))
+    with pytest.raises(PruneError, match=r"^training\.prune: the checkpoint's widths \[9, 8, 16\]"):
+        again.resize([9, 8, 16])
 
 
 @pytest.mark.unit
 def test_models_it_cannot_prune_are_refused_with_one_line() -> None:
-    cell = {"family": "cell", "nodes": 4, "edges": ["nor_conv_3x3"] * 6}
-    model = build_genome_model(genome_from_dict(cell), (1, 8, 8), 10)
-    with pytest.raises(PruneError, match=r"^training\.prune: cannot prune a model with a _Cell"):
-        UnitPruning(PruneConfig(), model, _Self())
-    with pytest.raises(PruneError, match=r"^training\.prune\.criterion: 'bn_l1' needs"):
-        UnitPruning(PruneConfig(criterion="bn_l1"), _stack(), _Self())
+    with pytest.raises(PruneError, match=r"^training\.prune\.criterion: 'bn_l1' needs a batch "
+                       r"norm with a scale in every pruned group; body\.\d+'s has none"):
+        UnitPruning(PruneConfig(criterion="bn_l1"), _stack(), _Self(), X)
+    only_a_classifier = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+    with pytest.raises(PruneError, match=r"^training\.prune: cannot prune this Sequential: no "
+                       "linear or convolution layer whose outputs may be removed"):
+        UnitPruning(ONCE, only_a_classifier, _Self(), X)
+    empty = UnitPruning(ONCE, only_a_classifier, _Self(), X, allow_empty=True)  # a genome draw
+    assert empty.graph is None and not empty.due(1) and empty.widths() == []
+
+    class Untraceable(nn.Module):  # its output does not depend on the graph's tensors
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(64, 8), nn.Linear(8, 10)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise RuntimeError("needs a mask argument")
+
+    with pytest.raises(PruneError, match=r"^training\.prune: cannot trace this Untraceable's "
+                       "graph: RuntimeError: needs a mask argument$"):
+        UnitPruning(ONCE, Untraceable(), _Self(), X)
+    with pytest.raises(PruneError, match=r"^training\.prune\.keep: no module named 'body\.99'"):
+        UnitPruning(ONCE.model_copy(update={"keep": ("body.99",)}), _stack(), _Self(), X)
+
+
+@pytest.mark.unit
+def test_kept_modules_keep_their_units_and_the_rest_is_pruned() -> None:
+    model = _stack()
+    first = next(n for n, m in model.named_modules() if isinstance(m, nn.Conv2d))
+    pruning = UnitPruning(ONCE.model_copy(update={"keep": (first,)}), model, _Self(), X)
+    assert pruning.widths() == [16, 32]  # the kept conv's group is not a group
+    pruning.prune(model, None, 1)
+    assert pruning.widths() == [8, 16] and model.get_submodule(first).out_channels == 16
 
 
 @pytest.mark.unit
@@ -169,19 +376,21 @@ def test_every_prune_key_is_searchable() -> None:
 
 
 @pytest.mark.unit
-def test_a_searched_family_that_cannot_be_pruned_is_refused_up_front() -> None:
-    with pytest.raises(StudyError, match=r"^training\.prune: the 'cell' genome family cannot"):
-        parse_study({"name": "p", "training": {"epochs": 4},
-                     "space": {"prune_target": {"type": "float", "low": 0.0, "high": 0.5},
-                               "genome": {"family": "cell"}}})
+def test_a_searched_prune_on_the_cell_and_macro_families_is_accepted() -> None:
+    for family in ("cell", "macro"):
+        sf = parse_study({"name": "p", "training": {"epochs": 4},
+                          "space": {"prune_target": {"type": "float", "low": 0.0, "high": 0.5},
+                                    "genome": {"family": family}}})
+        assert sf.training.with_params({"prune_target": 0.3}).prune.target == 0.3  # type: ignore[union-attr]
 
 
 @pytest.mark.unit
 def test_input_layer_false_keeps_the_first_layers_units() -> None:
     model = _stack()
     config = PruneConfig(target=0.5, start_epoch=1, end_epoch=1, steps=1, input_layer=False)
-    assert UnitPruning(config, model, _Self()).prune(model, None, 1)
-    assert widths(model) == [16, 8, 16]  # the convolution reading the image keeps its 16
+    pruning = UnitPruning(config, model, _Self(), X)
+    assert pruning.prune(model, None, 1)
+    assert pruning.widths() == [8, 16]  # the convolution reading the image is no group  # the convolution reading the image keeps its 16
 
 
 def test_rescale_multiplies_a_pruned_layers_gradient_by_its_lost_fan_in() -> None:
@@ -189,7 +398,7 @@ def test_rescale_multiplies_a_pruned_layers_gradient_by_its_lost_fan_in() -> Non
     for rescale in (False, True):
         model = _stack()
         config = PruneConfig(target=0.5, start_epoch=1, end_epoch=1, steps=1, rescale=rescale)
-        pruning = UnitPruning(config, model, _Self())
+        pruning = UnitPruning(config, model, _Self(), X)
         pruning.prune(model, None, 1)
         torch.manual_seed(2)
         nn.functional.cross_entropy(model(torch.randn(4, 64)), torch.tensor([0, 1, 2, 3])).backward()

@@ -39,7 +39,7 @@ from training.jobs._optim import Precision, Schedule, make_optimizer
 from training.launch import threads_here
 from training.models import count_flops
 from training.plugins import build_model, make_batch_sums, make_loss
-from training.pruning import UnitPruning, rebuild, resize, step_at, widths
+from training.pruning import UnitPruning, rebuild, step_at
 from training.session import PAUSE, STOP, Reporter, Session, pick_device
 from training.state import Checkpointer
 
@@ -118,8 +118,12 @@ class Trainer:
         first = rows_batch(self.data.train, [0])
         self.sample = to_device(self.shape.split(first)[0], self.device)
         self.flops = count_flops(self.model, self.sample)
-        # Pruning during training (training/pruning/_units.py): refuses a model it cannot prune.
-        self.pruning = UnitPruning(config.prune, self.model, comm) if config.prune else None
+        # Pruning during training (training/pruning/_units.py): the model's graph traced on two
+        # training samples; refuses a model it cannot prune (a genome draw without a prunable
+        # layer trains dense).
+        self.pruning = UnitPruning(
+            config.prune, self.model, comm, self._example(), self.shape.forward,
+            allow_empty=config.genome is not None) if config.prune else None
         torch.manual_seed(config.seed * 1000 + comm.rank + 1)  # ... different dropout per rank
         self.algorithm = self.make_algorithm()
         self.algorithm.broadcast_parameters(root=0)  # ... and rank 0's are the ones that count
@@ -159,6 +163,12 @@ class Trainer:
         ]
         torch.set_rng_state(own_rng)  # each replica keeps its own stream (dropout)
         self._rng = own_rng
+
+    def _example(self) -> Any:
+        """The model's inputs for two training samples (one if there is one): what pruning
+        traces the model's graph on."""
+        first = rows_batch(self.data.train, list(range(min(2, len(self.data.train)))))
+        return to_device(self.shape.split(first)[0], self.device)
 
     def make_algorithm(self) -> Any:
         """The configured algorithm on the model's current parameters (again after a prune)."""
@@ -272,7 +282,7 @@ class Trainer:
                          if self.device.type == "cuda" else None),
             "steps": self.steps,
             "slept_s": self.pace.slept_s,
-            "widths": widths(self.model) if self.pruning is not None else None,
+            "widths": self.pruning.widths() if self.pruning is not None else None,
             "pruning": self.pruning.state_dict() if self.pruning is not None else None,
         }
 
@@ -302,9 +312,9 @@ class Trainer:
 
     def _restore_widths(self, sizes: list[int] | None) -> None:
         """Before a checkpoint's state is loaded: shrink the dense model to its widths."""
-        if sizes is None or widths(self.model) == list(sizes):
+        if sizes is None or self.pruning is None or self.pruning.widths() == list(sizes):
             return
-        resize(self.model, list(sizes), self.optimizer)
+        self.pruning.resize(list(sizes), self.optimizer)
         self.algorithm = rebuild(self.algorithm, self.model, self.optimizer, self.make_algorithm)
         self.flops = count_flops(self.model, self.sample)
 

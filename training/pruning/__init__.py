@@ -1,5 +1,6 @@
 """Structured pruning during training: ``[training] prune`` (validated, torch-free), the units
-chosen by an importance agreed over ranks and removed, and what is rebuilt after a prune.
+chosen by an importance agreed over ranks and removed (any model: Torch-Pruning's dependency
+graph finds what is coupled), and what is rebuilt after a prune.
 Add a pruning criterion here. The settings need no torch; the rest loads it on first use.
 """
 
@@ -9,19 +10,17 @@ from training.pruning._config import (
     PruneConfig,
     apply_prune_params,
     field_of,
-    unprunable,
 )
 
 __getattr__ = lazy(__name__, {
-    "PruneError": "_units",
+    "PruneError": "_graph",
+    "Graph": "_graph",
     "UnitPruning": "_units",
-    "resize": "_units",
-    "widths": "_units",
     "rebuild": "_rebuild",
     "step_at": "_rebuild",
 })
 
 __all__ = [
-    "SEARCHABLE_PRUNE", "PruneConfig", "PruneError", "UnitPruning", "apply_prune_params",
-    "field_of", "rebuild", "resize", "step_at", "unprunable", "widths",
+    "SEARCHABLE_PRUNE", "Graph", "PruneConfig", "PruneError", "UnitPruning",
+    "apply_prune_params", "field_of", "rebuild", "step_at",
 ]

@@ -31,15 +31,20 @@ class PruneConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     units: Literal["all", "neurons", "channels"] = Field(
-        "all", description="neurons of dense layers, channels of convolutions, or all of both "
-        "(the classifier's outputs are never pruned)",
+        "all", description="groups rooted at linear layers (neurons), at convolutions "
+        "(channels), or both; a group is a layer's outputs with all that is coupled to them "
+        "(docs/training-core.md; the classifier's outputs are never pruned)",
     )
     criterion: Literal["l1", "bn_l1", "taylor"] = Field(
-        "l1", description="importance of a unit: l1 = L1 norm of its incoming weights (Li et "
-        "al. 2017); bn_l1 = |scale| of the batch norm after it (Network Slimming; needs one); "
-        "taylor = |sum of its output x the loss gradient there| per batch, summed over the "
-        "batches since the last step (first-order Taylor, Molchanov et al. 2017/2019; needs "
-        "start_epoch >= 2)",
+        "l1", description="importance of a unit (Torch-Pruning's, over its whole group): l1 = "
+        "L1 norm of every weight coupled to it (Li et al. 2017); bn_l1 = |scale| of its batch "
+        "norms (Network Slimming; every group needs one); taylor = |weight x loss gradient| "
+        "summed over the batches since the last step (first-order Taylor, Molchanov et al. "
+        "2019; needs start_epoch >= 2)",
+    )
+    keep: tuple[str, ...] = Field(
+        (), description="modules never pruned, as model.named_modules() names them (a name "
+        "covers what is under it): their outputs keep every unit; not searchable",
     )
     sparsity: float = Field(
         0.0, ge=0, description="L1 penalty on what the criterion measures (weights for l1, "
@@ -102,14 +107,14 @@ class PruneConfig(BaseModel):
                 for k in range(n)}
 
 
-SEARCHABLE_PRUNE = tuple(PREFIX + k for k in PruneConfig.model_fields)
+SEARCHABLE_PRUNE = tuple(PREFIX + k for k in PruneConfig.model_fields if k != "keep")
 
 
 def field_of(name: str) -> Any:
     """The pydantic field behind a searchable ``prune_<key>`` name, else None."""
     if not name.startswith(PREFIX):
         return None
-    return PruneConfig.model_fields.get(name[len(PREFIX):])
+    return PruneConfig.model_fields.get(name[len(PREFIX):]) if name in SEARCHABLE_PRUNE else None
 
 
 def apply_prune_params(data: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
@@ -119,9 +124,3 @@ def apply_prune_params(data: dict[str, Any], params: dict[str, Any]) -> dict[str
     if not searched:
         return data
     return {**data, "prune": {**(data.get("prune") or {}), **searched}}
-
-
-def unprunable(family: str) -> str:
-    """Why a genome family's models cannot be pruned (one line)."""
-    return (f"the {family!r} genome family cannot be pruned (residual sums couple its "
-            "channels); pruning supports the built-in MLP and the stack family")

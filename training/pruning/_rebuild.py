@@ -20,11 +20,14 @@ import torch
 def renew_parameters(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
     """Every parameter that pruning left in place becomes a new tensor too (the same values,
     its optimizer state moved): the old algorithm's gradient hooks go with the old tensors."""
-    from training.pruning._units import _replace
-
     for module in model.modules():
-        for name, _ in list(module.named_parameters(recurse=False)):
-            _replace(module, name, 0, None, optimizer)
+        for name, old in list(module.named_parameters(recurse=False)):
+            new = torch.nn.Parameter(old.detach().clone(), requires_grad=old.requires_grad)
+            setattr(module, name, new)
+            for g in optimizer.param_groups:
+                g["params"] = [new if q is old else q for q in g["params"]]
+            if old in optimizer.state:
+                optimizer.state[new] = optimizer.state.pop(old)
 
 
 def rebuild(old: Any, model: torch.nn.Module, optimizer: torch.optim.Optimizer,

@@ -36,7 +36,7 @@ import torch
 from mpi4py import MPI
 
 from training.data import GlobalBatchSlices
-from training.pruning import UnitPruning, resize, step_at, widths
+from training.pruning import UnitPruning, step_at
 from training.session._agreement import FINISH, REPORT, SAVE, RankDisagreement, agree
 from training.session._decisions import CONTINUE, PAUSE, STOP, Decision, NullReporter, Reporter
 from training.session._wrap import DistributedOptimizer, wrap
@@ -163,6 +163,8 @@ class Session:
         model: torch.nn.Module,
         optimizer: torch.optim.Optimizer,
         algorithm: str = "sync",
+        *,
+        example: Any = None,
         **options: Any,
     ) -> tuple[torch.nn.Module, DistributedOptimizer]:
         """``model`` with rank 0's weights on every rank and ``optimizer`` wrapped with one of
@@ -171,15 +173,21 @@ class Session:
         Collective: call it on every rank. Wrap before restoring a checkpoint.
 
         With ``[training] prune`` in the study (or ``prune_<key>`` searched), the first model
-        wrapped is the one :meth:`prune_units` prunes (a model it cannot prune is refused here);
-        a resumed trial's model is shrunk here to its checkpoint's widths, so that its saved
-        ``state_dict()`` loads."""
+        wrapped is the one :meth:`prune_units` prunes: ``example`` is then the model's inputs
+        for a small batch (a tensor, or a tuple or dict of them, as ``model(x)``,
+        ``model(*x)`` or ``model(**x)`` takes them), which its dependency graph is traced on
+        (a model it cannot prune is refused here); a resumed trial's model is shrunk here to
+        its checkpoint's widths, so that its saved ``state_dict()`` loads."""
         pruning = None
         if self._prune_config is not None and self._pruned is None:
-            pruning = UnitPruning(self._prune_config, model, self.comm)  # refuses, one line
+            if example is None:
+                raise ValueError("session.wrap: [training] prune traces the model's graph on "
+                                 "example inputs: pass example= (the model's inputs for a "
+                                 "small batch, e.g. the first batch's)")
+            pruning = UnitPruning(self._prune_config, model, self.comm, example)  # refuses
             saved = None if self._resumed is None else self._resumed[1].get(PRUNED_KEY)
             if saved is not None:  # the pruned shapes first, then the user's load_state_dict
-                resize(model, list(saved["widths"]), optimizer)
+                pruning.resize(list(saved["widths"]), optimizer)
                 pruning.load_state_dict(saved["pruning"])
         model, opt = wrap(model, optimizer, self.comm, algorithm, **options)
         self._optimizers.append(opt)
@@ -339,7 +347,7 @@ class Session:
         self._agree(SAVE, self.reports, self.last_epoch)  # waits for all ranks (bounded)
         if self._pruned is not None:  # the pruned widths, for wrap to restore them first
             pruning, model = self._pruned.pruning  # type: ignore[misc]
-            state = {**state, PRUNED_KEY: {"widths": widths(model),
+            state = {**state, PRUNED_KEY: {"widths": pruning.widths(),
                                            "pruning": pruning.state_dict()}}
         header = {"epoch": self.last_epoch, "ranks": self.size, "config": self._identity,
                   "history": self.history, "train_time_s": self.train_time_s()}
