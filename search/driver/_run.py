@@ -112,7 +112,9 @@ def plan_run(study_file: Path, *, storage: str | None, trials: int | None,
             check_own_loop(sf.own_loop, sf.launcher.env)
         except PluginError as exc:
             raise StudyError(exc.key, exc.message) from None
-    if sf.objective is None and (own or sf.training.task != "classification"):
+    # Pruning traces the model's graph: a model it cannot prune is refused here, not in trials.
+    pruned = sf.training.prune is not None or any(k.startswith("prune_") for k in sf.space)
+    if sf.objective is None and (own or pruned or sf.training.task != "classification"):
         check_trial_plugins(sf, plan.notes)  # a fresh Python with [launcher] env, any cluster
     elif sf.objective is None and plan.cluster.backend == "local":
         try:  # trials here load it here: find out now, not after five failed trials

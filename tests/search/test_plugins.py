@@ -106,6 +106,15 @@ BAD = [
      "metric: 'flops' cannot be counted for this model (torch's FlopCounterMode saw no matrix "
      "product or convolution in its forward pass on a training sample): trials would not report "
      "it"),
+    ({"model": "_user_plugins:build", "prune": {"keep": ["encoder"]}},
+     "training.prune.keep: no module named 'encoder' in this Sequential (names as "
+     "model.named_modules() gives them)"),
+    ({"model": "_user_plugins:build", "prune": {"keep": ["1", "3"]}},  # both hidden layers
+     "training.prune: cannot prune this Sequential: no linear or convolution layer whose outputs "
+     "may be removed (the classifier's and the kept layers' are never)"),
+    ({"model": "_user_plugins:build", "prune": {"criterion": "bn_l1"}},
+     "training.prune.criterion: 'bn_l1' needs a batch norm with a scale in every pruned group; "
+     "1's has none (use 'l1', or keep that layer with prune.keep)"),
 ]
 # Research code's shapes that the check passes (the metrics its trials report).
 SHAPES = [
@@ -119,6 +128,8 @@ SHAPES = [
       "precision": "bf16", "objectives": ["val_accuracy", "flops"]}, "val_loss, val_accuracy"),
     ({"model": "_user_plugins:build", "optimizer": f"{R}:nesterov",
       "lr_schedule": f"{R}:halve_late"}, "val_loss, val_accuracy"),
+    ({"model": f"{R}:tiny_vit", "dataset": f"{R}:pixel_digits", "loss": "model",
+      "prune": {"target": 0.5}}, "val_loss, val_accuracy"),
 ]
 # The checks of GOOD and of each BAD study in ONE fresh Python with ENV (torch imported once,
 # not once per case): the check's own code (training.plugins.check._run) on each request.
@@ -167,7 +178,7 @@ def test_each_bad_plugin_gives_its_one_line(checked: list[str], case: int, line:
 @pytest.mark.parametrize(("case", "names"),
                          [(1 + len(BAD) + i, names) for i, (_, names) in enumerate(SHAPES)],
                          ids=["dict-samples", "tuple-output", "mapping-output", "hf-own-loss",
-                              "optimizer-and-schedule-plugins"])
+                              "optimizer-and-schedule-plugins", "hf-vit-pruned"])
 def test_research_code_shapes_pass_the_check(checked: list[str], case: int, names: str) -> None:
     assert checked[case] == f"ok: {names}"
 
@@ -213,6 +224,27 @@ def test_search_validate_prints_the_line_and_writes_nothing(tmp_path: Path) -> N
     assert (out + err).strip() == ("error: training.model: returns_dict() returned dict, "
                                    "expected torch.nn.Module")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]
+
+
+def test_a_model_pruning_cannot_cut_is_refused_by_search_run_before_any_trial(
+        tmp_path: Path) -> None:
+    study = tmp_path / "s.toml"
+    study.write_text(textwrap.dedent(f"""\
+        name = "unprunable"
+        storage = "sqlite:///{tmp_path}/s.db"
+        [budget]
+        trials = 2
+        [training]
+        dataset = "digits"
+        epochs = 3
+        prune = {{ target = 0.5, keep = ["encoder"] }}
+        """))
+    code, out, err = run_search("run", str(study), cwd=tmp_path)
+    assert code == 2, out + err
+    assert (out + err).strip() == (  # the built-in model: checked because it prunes
+        "error: training.prune.keep: no module named 'encoder' in this Sequential (names as "
+        "model.named_modules() gives them)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]  # no study, no trial
 
 
 @pytest.mark.mpi

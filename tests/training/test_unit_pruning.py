@@ -9,6 +9,7 @@ import copy
 import importlib
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -35,6 +36,14 @@ X = torch.randn(2, 64)  # the stack's example inputs (8x8 images, flattened)
 
 class _Self:  # the communicator of one rank, as the pruner sees it
     size, rank = 1, 0
+
+
+def _torchvision() -> Any:
+    """torchvision, imported after examples/fashion_png/torchvision_cpu.py (its docstring: this
+    machine's wheels)."""
+    sys.path.append(str(Path(__file__).resolve().parents[2] / "examples" / "fashion_png"))
+    importlib.import_module("torchvision_cpu")
+    return importlib.import_module("torchvision")
 
 
 def _stack() -> nn.Module:
@@ -204,9 +213,7 @@ def test_the_weights_kept_are_the_librarys_own_choice_and_values() -> None:
 
 @pytest.mark.unit
 def test_models_of_every_shape_prune_and_train_on() -> None:
-    sys.path.append(str(Path(__file__).resolve().parents[2] / "examples" / "fashion_png"))
-    importlib.import_module("torchvision_cpu")  # first: this machine's wheels (its docstring)
-    torchvision = importlib.import_module("torchvision")
+    torchvision = _torchvision()
 
     torch.manual_seed(0)
     resnet = torchvision.models.resnet18(weights=None, num_classes=10)
@@ -253,6 +260,28 @@ def test_attention_loses_whole_heads_worth_and_a_group_it_cannot_cut_is_left_alo
     assert pruning.prune(by_hand, None, 1) and by_hand.mlp[0].out_features == 16
     assert by_hand.qkv.out_features == 48 and by_hand.mlp[2].out_features == 16
     assert by_hand(torch.randn(3, 5, 16)).shape == (3, 3)
+
+
+def test_hugging_face_attention_is_cut_in_whole_heads_found_by_the_check() -> None:
+    _torchvision()  # transformers imports it
+    from transformers import ViTConfig, ViTForImageClassification
+
+    torch.manual_seed(0)
+    config = ViTConfig(image_size=8, patch_size=2, num_channels=1, hidden_size=32,
+                       num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                       num_labels=10)
+    model = ViTForImageClassification(config)
+    x = {"pixel_values": torch.randn(2, 1, 8, 8)}
+    pruning = UnitPruning(PruneConfig(target=0.3, start_epoch=1, end_epoch=1, steps=1), model,
+                          _Self(), x)
+    graph = pruning.graph
+    assert graph is not None and pruning.left_alone() == []
+    steps = {graph.name[graph.root(g)]: graph.step(g) for g in graph.groups}
+    attention = [n for n in steps if ".attention." in n]
+    assert len(attention) == 2 and all(steps[n] == 8 for n in attention)  # the head size
+    assert pruning.prune(model, None, 1)
+    q = model.vit.layers[0].attention.q_proj  # 32 - 8: 9.6 units asked, whole heads cut
+    assert q.out_features == 24 and model(**x).logits.shape == (2, 10)
 
 
 @pytest.mark.unit

@@ -213,6 +213,8 @@ def _run(request: dict[str, Any],
                           "with a gradient (the batch's mean)")
     loss.backward()
     warnings = _summed_loss(loss_fn, shape, model, data.train, loss_key)
+    if config.prune is not None:  # the trial's own construction: refused here, not in trials
+        warnings += _prunable(config, model, inputs, shape)
     make_optimizer(config, model)  # the optimizer plug-in's own errors, up front
     schedule = Schedule(config)
     for epoch in range(1, config.epochs + 1):  # the schedule plug-in over the whole run
@@ -265,6 +267,34 @@ def _summed_loss(loss: Any, shape: Any, model: Any, dataset: Any, key: str) -> l
         return [f"{key}: the loss of 2 samples is the sum of their losses ({both:.4g} = "
                 f"{each[0]:.4g} + {each[1]:.4g}), not their mean: a trial divides each batch's "
                 "loss by its samples itself, so use reduction='mean'"]
+    return []
+
+
+class _OneRank:
+    """The communicator of the check's one process, as pruning sees it."""
+
+    size, rank = 1, 0
+
+
+def _prunable(config: Any, model: Any, inputs: Any, shape: Any) -> list[str]:
+    """PluginError naming ``training.prune`` unless the model can be pruned as a trial
+    would prune it (its dependency graph traced on the tiny batch); the groups left alone as
+    a note."""
+    from training.pruning import PruneError, UnitPruning
+
+    try:
+        pruning = UnitPruning(config.prune, model, _OneRank(), inputs, shape.forward,
+                              allow_empty=config.genome is not None)
+    except PruneError as exc:
+        key, _, message = str(exc).partition(": ")
+        raise PluginError(key, message) from None
+    if pruning.graph is None:
+        return ["training.prune: this draw's model has no layer whose outputs may be removed: "
+                "its trials train dense"]
+    alone = pruning.left_alone()
+    if alone:
+        return [f"training.prune: {len(alone)} group(s) left alone, cutting them breaks the "
+                f"model ({', '.join(alone)}); {len(pruning.graph.groups)} pruned"]
     return []
 
 

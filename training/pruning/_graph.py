@@ -92,9 +92,10 @@ class Graph:
                              f"{type(model).__name__} (names as model.named_modules() gives "
                              "them)")
         self.unsafe: list[str] = []  # root module names of groups left alone, found unsafe
+        self.steps: dict[str, int] = {}  # root module name -> units are cut in multiples of it
         self.build()
         if check:
-            self.unsafe = self._unsafe(target)
+            self.unsafe = self._check(target)
             if self.unsafe:
                 self.build()
         if not self.groups:
@@ -161,10 +162,10 @@ class Graph:
         return [self.width(g) for g in self.groups]
 
     def step(self, group: Any) -> int:
-        """Units are removed in multiples of this (attention: its number of heads)."""
-        heads = [dep.target.module.num_heads for dep, _ in group
-                 if isinstance(dep.target.module, nn.MultiheadAttention)]
-        return max(heads, default=1)
+        """Units are removed in multiples of this: what the check found the smallest cut that
+        runs (attention split into heads by a view: the head size), else 1 (torch's
+        ``nn.MultiheadAttention``: its number of heads)."""
+        return self.steps.get(str(self.name.get(self.root(group))), _heads(group))
 
     def layers(self, group: Any, kinds: tuple[type, ...]) -> list[nn.Module]:
         """The modules of ``kinds`` whose outputs (not inputs) this group removes."""
@@ -187,9 +188,9 @@ class Graph:
         return out
 
     # -- the safety check -------------------------------------------------------------------
-    def _runs(self, fraction: float, only: str | None = None) -> bool:
-        """Whether a copy of the model with every group (or the group rooted at ``only``) cut
-        by ``fraction`` still runs and gives outputs of the dense shape."""
+    def _runs(self, cuts: dict[str, int]) -> bool:
+        """Whether a copy of the model with the groups rooted at ``cuts``' names cut by that
+        many units (their last) still runs and gives outputs of the dense shape."""
         try:
             twin = copy.deepcopy(self.model)
         except Exception:  # noqa: BLE001 - a model that cannot be copied is not checked
@@ -204,22 +205,46 @@ class Graph:
             other = Graph(twin, self.example, self.forward, units=self.units, keep=self.keep,
                           input_layer=self.input_layer, check=False)
             for g in other.groups:
-                if only is not None and other.name.get(other.root(g)) != only:
-                    continue
-                n = cut_count(other.width(g), other.width(g), fraction, other.step(g))
+                n, width = cuts.get(str(other.name.get(other.root(g))), 0), other.width(g)
                 if n:
-                    g.prune(list(range(other.width(g) - n, other.width(g))))
+                    g.prune(list(range(width - n, width)))
             with torch.no_grad():
                 shape = tuple(_first_tensor(other.forward(twin.eval(), self.example)).shape)
         except Exception:  # noqa: BLE001 - the cut broke the model: what this finds out
             return False
         return shape == dense
 
-    def _unsafe(self, target: float) -> list[str]:
-        if self._runs(max(target, 0.25)):
-            return []
-        names = [self.name.get(self.root(g), "?") for g in self.groups]
-        return [n for n in names if not self._runs(max(target, 0.25), only=n)]
+    def _check(self, target: float) -> list[str]:
+        """Each group's step (the smallest cut that runs, among the divisors of its width) and
+        then the target cut of all; the names of the groups that break the model."""
+        names = [str(self.name.get(self.root(g))) for g in self.groups]
+        widths = dict(zip(names, self.widths(), strict=True))
+        first = {n: _heads(g) for n, g in zip(names, self.groups, strict=True)}
+        unsafe: list[str] = []
+        if self._runs(first):
+            self.steps = first
+        else:
+            for n in names:
+                w, base = widths[n], first[n]
+                tries = [d for d in range(base, w // 2 + 1, base) if w % d == 0]
+                found = next((d for d in tries if self._runs({n: d})), None)
+                if found is None:
+                    unsafe.append(n)
+                else:
+                    self.steps[n] = found
+        frac = max(target, 0.25)
+        cuts = {n: cut_count(widths[n], widths[n], frac, self.steps[n])
+                for n in names if n not in unsafe}
+        if not self._runs(cuts):
+            unsafe += [n for n in cuts if not self._runs({n: cuts[n]})]
+        return unsafe
+
+
+def _heads(group: Any) -> int:
+    """The number of heads of the ``nn.MultiheadAttention`` in a group (1 without one)."""
+    heads = [dep.target.module.num_heads for dep, _ in group
+             if isinstance(dep.target.module, nn.MultiheadAttention)]
+    return max(heads, default=1)
 
 
 def cut_count(width: int, original: int, fraction: float, step: int = 1) -> int:
