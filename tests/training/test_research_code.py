@@ -105,6 +105,18 @@ def test_flops_of_integer_inputs_count_attention_s_products() -> None:
 
 
 @pytest.mark.unit
+def test_flops_of_torch_transformer_layers_count_their_products_not_only_the_head() -> None:
+    # In eval mode without gradients these layers take a fused fast path the counter cannot
+    # see into: the figure would be the embedding and the classifier alone.
+    layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+    model = nn.Sequential(nn.TransformerEncoder(layer, 2, enable_nested_tensor=False),
+                          nn.Flatten(), nn.Linear(5 * 32, 10))
+    linear = 2 * 5 * (4 * 32 * 32 + 2 * 32 * 64) + 5 * 32 * 10  # q, k, v, out; the MLP; head
+    attention = 2 * 4 * 2 * 5 * 5 * 8  # 2 layers x 4 heads: Q K^T and by V, 5 x 5 x 8 each
+    assert count_flops(model, torch.zeros(1, 5, 32)) == linear + attention
+
+
+@pytest.mark.unit
 def test_flops_are_absent_not_zero_where_nothing_is_counted() -> None:
     info = DataInfo(input_shape=(64,), n_classes=10, n_targets=None, task="classification",
                     n_train=1)

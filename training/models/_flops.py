@@ -34,7 +34,9 @@ def count_flops(model: nn.Module, sample: Any) -> int | None:
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=_MORE) as counter:
+        # With gradients on: in eval mode without them, torch's transformer layers take a
+        # fused "fast path" the counter cannot see into (their products would go uncounted).
+        with torch.enable_grad(), FlopCounterMode(display=False, custom_mapping=_MORE) as counter:
             BatchShape.forward(model, sample)
     except Exception:  # noqa: BLE001 - a pass the counter cannot follow: not counted
         return None

@@ -73,6 +73,11 @@ class PruneConfig(BaseModel):
         "units (each is cheap, its inputs being the data's channels, but the next layer then "
         "keeps all its inputs)",
     )
+    average: bool = Field(
+        True, description="at each step, the ranks' weights are averaged first, so every rank "
+        "cuts and goes on from one model (asgd, localsgd, simuparallel: their ranks hold "
+        "different weights; sync's are equal and nothing is sent)",
+    )
     rescale: bool = Field(
         False, description="after a step, multiply each layer's gradient by its dense fan-in / "
         "its fan-in now, so a layer whose inputs were pruned learns as fast as before (a "

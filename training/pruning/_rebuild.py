@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from training.algorithms._base import average_parameters, set_flat_parameters
+
 
 def renew_parameters(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
     """Every parameter that pruning left in place becomes a new tensor too (the same values,
@@ -51,6 +53,11 @@ def step_at(pruning: Any, epoch: int, model: torch.nn.Module,
     doors: the built-in trainer (``Trainer._prune_step``) and an own loop
     (``training.Session.prune_units``)."""
     pruning.start_epoch(epoch)
-    if pruning.due(epoch) and pruning.prune(model, optimizer, epoch):  # waits for all ranks
+    if not pruning.due(epoch):
+        return None
+    if pruning.config.average and algorithm.sync_period() != 1 and pruning.comm.size > 1:
+        # asgd, localsgd, simuparallel: one model to cut and go on from (waits for all ranks)
+        set_flat_parameters(model, average_parameters(model, pruning.comm))
+    if pruning.prune(model, optimizer, epoch):  # waits for all ranks
         return rebuild(algorithm, model, optimizer, make)
     return None
