@@ -198,6 +198,15 @@ def test_a_summed_loss_passes_with_a_one_line_warning() -> None:
     assert warnings == []
 
 
+def test_a_pruned_model_s_groups_are_named_in_a_note() -> None:
+    config = TrainConfig(dataset="digits", model="_user_plugins:build", epochs=3,
+                         prune={"target": 0.5}).model_dump()
+    warnings: list[str] = []
+    assert check_plugins(config, ENV, objectives=["val_loss"], warnings=warnings)
+    assert warnings == ["training.prune: cuts 2 group(s) of this model, by the layer each is "
+                        "rooted at (units): 1 (128), 3 (128)"]  # the classifier (5) is not one
+
+
 def test_a_package_of_the_users_named_like_ours_is_found_shadowing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -36,23 +36,50 @@ def _study(tree: Path) -> str:
     return text
 
 
+def _one_trial(text: str, name: str, tmp_path: Path) -> optuna.trial.FrozenTrial:
+    """``search run`` of the study file ``text`` (one trial): that trial, complete."""
+    study_file = tmp_path / f"{name}.toml"
+    study_file.write_text(text)
+    journal = str(tmp_path / f"{name}.journal")
+    proc = subprocess.run([*search_command(), "run", str(study_file), "--storage", journal,
+                           "--no-progress"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (trial,) = optuna.load_study(study_name=name, storage=open_storage(journal)).get_trials()
+    assert trial.state is TrialState.COMPLETE, trial.user_attrs.get("exit_reason")
+    return trial
+
+
 def test_resnet18_study_runs_on_a_png_tree(tmp_path: Path) -> None:
     if importlib.util.find_spec("torchvision") is None:
         pytest.fail("torchvision is missing: the ResNet-18 example needs pip install -e '.[vision]'")
     tree = tmp_path / "png"
     subprocess.run([sys.executable, str(EXAMPLE / "write_pngs.py"), "--out", str(tree),
                     "--limit", "40"], check=True, capture_output=True, timeout=120)
-    study_file = tmp_path / "resnet18.toml"
-    study_file.write_text(_study(tree))
-    journal = str(tmp_path / "r.journal")
-    proc = subprocess.run([*search_command(), "run", str(study_file), "--storage", journal,
-                           "--no-progress"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (trial,) = optuna.load_study(study_name="resnet18-fashion",
-                                 storage=open_storage(journal)).get_trials()
-    assert trial.state is TrialState.COMPLETE, trial.user_attrs.get("exit_reason")
+    trial = _one_trial(_study(tree), "resnet18-fashion", tmp_path)
     attrs = trial.user_attrs
     assert attrs["ranks"] == 2 and attrs["algorithm"] == "sync" and attrs["epochs_run"] == 1
     assert 0.0 <= trial.value <= 1.0 and attrs["samples_per_s"] > 0
     assert attrs["n_params"] > 11_000_000  # torchvision's ResNet-18, not a stand-in
+
+
+def test_resnet18_prune_study_cuts_the_residual_stages_of_torchvisions_model(
+        tmp_path: Path) -> None:
+    tree = tmp_path / "png"
+    subprocess.run([sys.executable, str(EXAMPLE / "write_pngs.py"), "--out", str(tree),
+                    "--limit", "40"], check=True, capture_output=True, timeout=120)
+    text = (REPO / "studies" / "resnet18-prune.toml").read_text()
+    swaps = {
+        "trials = 2": "trials = 1", "epochs = 4": "epochs = 1",
+        "prune = { target = 0.5, start_epoch = 2, end_epoch = 3, steps = 2, sparsity = 1e-4 }":
+        "prune = { target = 0.5, start_epoch = 1, end_epoch = 1, steps = 1 }",
+        'PYTHONPATH = "examples/fashion_png"': f'PYTHONPATH = "{EXAMPLE}"',
+        'FASHION_PNG = "data/fashion-png-quick"': f'FASHION_PNG = "{tree}"',
+    }
+    for old, new in swaps.items():
+        assert old in text, f"studies/resnet18-prune.toml no longer has {old!r}"
+        text = text.replace(old, new)
+    trial = _one_trial(text, "resnet18-prune", tmp_path)
+    # 30 % to 70 % of every group's channels cut before the first batch: 11.2 M parameters
+    # become at most about half (the classifier's 10 outputs and the stem's input stay).
+    assert trial.user_attrs["n_params"] < 0.55 * 11_170_000

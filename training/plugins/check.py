@@ -291,11 +291,16 @@ def _prunable(config: Any, model: Any, inputs: Any, shape: Any) -> list[str]:
     if pruning.graph is None:
         return ["training.prune: this draw's model has no layer whose outputs may be removed: "
                 "its trials train dense"]
+    graph = pruning.graph
+    roots = [f"{graph.name.get(graph.root(g))} ({graph.width(g)})" for g in graph.groups]
+    shown = ", ".join(roots[:4]) + (f" and {len(roots) - 4} more" if len(roots) > 4 else "")
+    notes = [f"training.prune: cuts {len(roots)} group(s) of this model, by the layer each is "
+             f"rooted at (units): {shown}"]
     alone = pruning.left_alone()
     if alone:
-        return [f"training.prune: {len(alone)} group(s) left alone, cutting them breaks the "
-                f"model ({', '.join(alone)}); {len(pruning.graph.groups)} pruned"]
-    return []
+        notes.append(f"training.prune: {len(alone)} group(s) left alone, cutting them breaks "
+                     f"the model: {', '.join(alone)}")
+    return notes
 
 
 def _answer(request: dict[str, Any], found: dict[str, str | None]) -> dict[str, Any]:
