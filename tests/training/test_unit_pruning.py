@@ -185,6 +185,24 @@ def test_a_residual_pair_loses_the_same_channels_and_the_rest_follows() -> None:
 
 
 @pytest.mark.unit
+def test_groups_keep_their_names_and_order_over_the_cuts_and_each_cut_counts_from_the_dense(
+) -> None:
+    torch.manual_seed(0)
+    model = Residual()
+    x = torch.randn(2, 1, 6, 6)
+    pruning = UnitPruning(PruneConfig(target=0.5, start_epoch=1, end_epoch=2, steps=2), model,
+                          _Self(), x)
+    seen = []
+    for epoch in (1, 2):
+        assert pruning.prune(model, None, epoch)
+        graph = pruning.graph
+        assert graph is not None
+        seen.append(([graph.name[graph.root(g)] for g in graph.groups], pruning.widths()))
+    # a quarter of the dense 8 and 6 gone, then half of them (not half of what was left)
+    assert seen == [(["stem.0", "a.0"], [6, 4]), (["stem.0", "a.0"], [4, 3])]
+
+
+@pytest.mark.unit
 def test_the_weights_kept_are_the_librarys_own_choice_and_values() -> None:
     """The index codes reproduce exactly what Torch-Pruning does to the weights themselves."""
     import torch_pruning as tp
@@ -256,7 +274,9 @@ def test_attention_loses_whole_heads_worth_and_a_group_it_cannot_cut_is_left_alo
     assert attention.embed_dim % attention.num_heads == 0 and attention.embed_dim < 32
     by_hand = HeadsByHand()
     pruning = UnitPruning(ONCE, by_hand, _Self(), torch.randn(2, 5, 16))
-    assert pruning.left_alone() == ["mlp.2"]  # the stream: the input's 16 features
+    # The stream's group (the input's 16 features, coupled through the view into heads to
+    # qkv's outputs), known by its first layer: cutting it cannot run.
+    assert pruning.left_alone() == ["qkv"]
     assert pruning.prune(by_hand, None, 1) and by_hand.mlp[0].out_features == 16
     assert by_hand.qkv.out_features == 48 and by_hand.mlp[2].out_features == 16
     assert by_hand(torch.randn(3, 5, 16)).shape == (3, 3)

@@ -138,22 +138,29 @@ class Graph:
                 ignored.append(order[0])
         self.classifier = self.name.get(order[-1]) if order else None
         self.first = order[0] if order else None
-        found = []
-        for g in graph.get_all_groups(ignored_layers=ignored, root_module_types=_PRODUCERS):
-            root = g[0].dep.target.module
-            kind = "neurons" if isinstance(root, nn.Linear) else "channels"
-            if self.units not in ("all", kind) or self.name.get(root) in self.unsafe:
-                continue
-            found.append(g)
-        # In forward order (the library's order follows its trace and changes after a cut).
+        # A group is known by the first layer of the forward pass whose outputs it removes
+        # (the library's own root follows its trace, which changes after a cut), and listed in
+        # that order: the same names and order after every cut, on every rank.
         rank = {m: k for k, m in enumerate(order)}
         modules = {m: k for k, m in enumerate(self.model.modules())}
+        self._first: dict[int, nn.Module] = {}
+        found = []
+        for g in graph.get_all_groups(ignored_layers=ignored, root_module_types=_PRODUCERS):
+            producers = self.layers(g, _PRODUCERS) or [g[0].dep.target.module]
+            first = min(producers, key=lambda m: (rank.get(m, len(rank)), modules.get(m, 0)))
+            self._first[id(g)] = first
+            kind = "neurons" if isinstance(first, nn.Linear) else "channels"
+            if self.units not in ("all", kind) or self.name.get(first) in self.unsafe:
+                continue
+            found.append(g)
         self.groups = sorted(found, key=lambda g: (rank.get(self.root(g), len(rank)),
                                                    modules.get(self.root(g), 0)))
 
     # -- facts of a group -------------------------------------------------------------------
     def root(self, group: Any) -> nn.Module:
-        return group[0].dep.target.module
+        """The layer a group is known by: the first of the forward pass whose outputs it
+        removes."""
+        return self._first.get(id(group), group[0].dep.target.module)
 
     def width(self, group: Any) -> int:
         return len(group[0].idxs)
