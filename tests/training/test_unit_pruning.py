@@ -334,19 +334,36 @@ def test_batch_norm_scales_choose_the_units_and_are_sliced() -> None:
 
 
 @pytest.mark.unit
-def test_resize_restores_the_widths_of_a_checkpoint() -> None:
-    model, pruned = _stack(), _stack()
+@pytest.mark.parametrize("kind", ["stack", "residual", "transformer"])
+def test_resize_restores_the_widths_of_a_checkpoint(kind: str) -> None:
+    def make() -> tuple[nn.Module, torch.Tensor, int]:
+        torch.manual_seed(0)
+        if kind == "stack":
+            return _stack(), torch.randn(16, 64), 10
+        if kind == "residual":
+            return Residual(), torch.randn(8, 1, 6, 6), 3
+        return Encoder(), torch.randint(0, 20, (8, 7)), 5
+
+    (model, x, classes), (pruned, _, _) = make(), make()
     opt = torch.optim.SGD(pruned.parameters(), lr=0.05)
-    _train(pruned, opt, torch.randn(16, 64))
-    done = UnitPruning(ONCE, pruned, _Self(), X)
-    done.prune(pruned, None, 1)
-    again = UnitPruning(ONCE, model, _Self(), X)
+    _train(pruned, opt, x, classes=classes)
+    done = UnitPruning(ONCE, pruned, _Self(), x[:2])
+    done.prune(pruned, opt, 1)
+    _train(pruned, opt, x, classes=classes)  # trained on at the pruned widths
+    again = UnitPruning(ONCE, model, _Self(), x[:2])
     again.resize(done.widths())
-    model.load_state_dict(pruned.state_dict())
-    x = torch.randn(3, 64)
-    assert torch.equal(model(x), pruned(x))
-    with pytest.raises(PruneError, match=r"^training\.prune: the checkpoint's widths \[9, 8, 16\]"):
-        again.resize([9, 8, 16])
+    model.load_state_dict(pruned.state_dict())  # the shapes fit, buffers included
+    assert torch.equal(model.eval()(x), pruned.eval()(x))
+
+
+@pytest.mark.unit
+def test_widths_that_do_not_fit_the_model_are_refused() -> None:
+    pruning = UnitPruning(ONCE, _stack(), _Self(), X)
+    for sizes in ([9, 8, 16, 4], [17, 8, 16]):  # a group too many; wider than the model
+        with pytest.raises(PruneError, match=r"^training\.prune: the checkpoint's widths "
+                           rf"\[{', '.join(map(str, sizes))}\] do not fit this model "
+                           r"\(widths \[16, 16, 32\]\)$"):
+            pruning.resize(sizes)
 
 
 @pytest.mark.unit
