@@ -1,4 +1,5 @@
-"""The rules of structured pruning (training/pruning/_units.py) one at a time, in one process:
+"""The rules of structured pruning (training/pruning/_units.py, _graph.py) one at a time, in one
+process:
 which models it refuses and with what line, how importances are agreed over ranks, how many
 units a step keeps and which, how a checkpoint's widths are restored, and the schedule's
 switches. Whole trials that prune run in tests/training/test_pruning_ranks.py (mpiexec)."""
@@ -13,17 +14,8 @@ import torch
 from torch import nn
 
 from training.pruning._config import PruneConfig
-from training.pruning._units import (
-    PruneError,
-    UnitPruning,
-    agreed,
-    choose,
-    fan_in,
-    groups,
-    keep_count,
-    resize,
-    widths,
-)
+from training.pruning._graph import cut_count
+from training.pruning._units import PruneError, UnitPruning, agreed, choose, fan_in
 
 pytestmark = pytest.mark.unit
 
@@ -44,17 +36,29 @@ class _Two:
         return [flat, self.other]
 
 
+X = torch.randn(2, 4)  # the MLP's example inputs: what its graph is traced on
+
+
 def _mlp() -> nn.Sequential:
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3))
 
 
-def test_a_model_that_is_not_sequential_is_refused_naming_its_class() -> None:
+def _pruning(config: PruneConfig, model: nn.Module, comm: Any = None) -> UnitPruning:
+    return UnitPruning(config, model, comm or _One(), X)
+
+
+def _roots(p: UnitPruning) -> list[nn.Module]:
+    assert p.graph is not None
+    return [p.graph.root(g) for g in p.graph.groups]
+
+
+def test_a_model_that_is_only_a_classifier_is_refused_naming_its_class() -> None:
     with pytest.raises(PruneError) as info:
-        UnitPruning(PruneConfig(), nn.Linear(3, 2), _One())
+        _pruning(PruneConfig(), nn.Linear(4, 2))
     assert str(info.value) == (
-        "training.prune: cannot prune a Linear: pruning supports sequential models (the built-in "
-        "MLP and the stack genome family)")
+        "training.prune: cannot prune this Linear: no linear or convolution layer whose outputs "
+        "may be removed (the classifier's and the kept layers' are never)")
 
 
 def test_a_model_whose_body_is_sequential_is_pruned_like_one() -> None:
@@ -67,23 +71,31 @@ def test_a_model_whose_body_is_sequential_is_pruned_like_one() -> None:
             return self.body(x)
 
     wrapped = Wrapped()
-    assert [g.width for g in groups(wrapped)] == [6, 5]
+    assert _pruning(PruneConfig(), wrapped).widths() == [6, 5]
 
 
-def test_grouped_convolutions_are_refused_with_one_line() -> None:
-    model = nn.Sequential(nn.Conv2d(4, 4, 3, groups=2), nn.ReLU(), nn.Conv2d(4, 2, 1))
-    with pytest.raises(PruneError) as info:
-        UnitPruning(PruneConfig(), model, _One())
-    assert str(info.value) == "training.prune: grouped convolutions are not supported"
+def test_a_depthwise_convolution_loses_its_inputs_with_its_outputs() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Conv2d(4, 4, 3, groups=4),
+                          nn.ReLU(), nn.Flatten(), nn.Linear(4, 2))
+    x = torch.randn(2, 1, 5, 5)
+    p = UnitPruning(PruneConfig(target=0.5, start_epoch=1, end_epoch=1, steps=1), model, _One(),
+                    x)
+    assert p.widths() == [4]  # one group: the first conv's outputs are the depthwise one's
+    assert p.prune(model, None, 1)
+    assert (model[0].out_channels, model[2].in_channels, model[2].out_channels,
+            model[2].groups) == (2, 2, 2, 2)
+    assert model(x).shape == (2, 2)
 
 
 def test_the_classifier_is_never_a_group_and_each_group_feeds_the_next_layer() -> None:
     model = _mlp()
-    found = groups(model)
-    assert [(g.producer, g.consumer) for g in found] == [(model[0], model[2]),
-                                                         (model[2], model[4])]
-    assert [g.width for g in groups(model, "neurons")] == [6, 5]
-    assert groups(model, "channels") == []
+    p = _pruning(PruneConfig(), model)
+    assert _roots(p) == [model[0], model[2]] and p.widths() == [6, 5]
+    assert p.graph is not None and p.graph.classifier == "4"
+    assert _pruning(PruneConfig(units="neurons"), model).widths() == [6, 5]
+    with pytest.raises(PruneError, match="no linear or convolution layer"):
+        _pruning(PruneConfig(units="channels"), model)
 
 
 def test_importances_are_averaged_over_ranks_group_by_group() -> None:
@@ -102,10 +114,12 @@ def test_fan_in_counts_inputs_and_kernel_cells() -> None:
 
 
 def test_a_step_keeps_the_rounded_remainder_of_the_original_width_and_at_least_one() -> None:
-    assert keep_count(10, 10, 0.25) == 8  # round(7.5) = 8 (banker's rounding to even)
-    assert keep_count(6, 10, 0.5) == 5
-    assert keep_count(4, 10, 0.5) == 4  # never grows back
-    assert keep_count(10, 10, 0.99) == 1 and keep_count(1, 1, 0.9) == 1
+    assert cut_count(10, 10, 0.25) == 2  # keeps round(7.5) = 8 (banker's rounding to even)
+    assert cut_count(6, 10, 0.5) == 1
+    assert cut_count(4, 10, 0.5) == 0  # never grows back
+    assert cut_count(10, 10, 0.99) == 9 and cut_count(1, 1, 0.9) == 0
+    # in multiples of a step (heads): 9.6 of 32 asked, 8 cut; at least one step kept
+    assert cut_count(32, 32, 0.3, 8) == 8 and cut_count(16, 16, 0.99, 8) == 8
 
 
 def test_the_most_important_units_are_kept_in_their_order_ties_to_the_lower_index() -> None:
@@ -122,42 +136,42 @@ def test_resize_takes_the_first_units_and_slices_the_optimizer_state() -> None:
     opt.step()
     before = model[0].weight.detach().clone()
     momentum = opt.state[model[0].weight]["momentum_buffer"].clone()
-    resize(model, [4, 5], opt)
-    assert widths(model) == [4, 5]
+    p = _pruning(PruneConfig(), model)
+    p.resize([4, 5], opt)
+    assert p.widths() == [4, 5]
     assert torch.equal(model[0].weight.detach(), before[:4])
     assert model[0].weight.requires_grad
     assert torch.equal(opt.state[model[0].weight]["momentum_buffer"], momentum[:4])
     assert any(q is model[0].weight for q in opt.param_groups[0]["params"])
-    resize(model, [4, 5], opt)  # already that wide: nothing changes
-    assert widths(model) == [4, 5]
+    p.resize([4, 5], opt)  # already that wide: nothing changes
+    assert p.widths() == [4, 5]
 
 
 def test_widths_that_do_not_fit_the_model_are_refused_naming_both() -> None:
     for sizes in ([7, 5], [6], [6, 5, 1]):
         with pytest.raises(PruneError) as info:
-            resize(_mlp(), sizes)
+            _pruning(PruneConfig(), _mlp()).resize(sizes)
         assert str(info.value) == (f"training.prune: the checkpoint's widths {sizes} do not fit "
                                    "this model (widths [6, 5])")
-    same = _mlp()
-    resize(same, [6, 5])
-    assert widths(same) == [6, 5]
+    same = _pruning(PruneConfig(), _mlp())
+    same.resize([6, 5])
+    assert same.widths() == [6, 5]
 
 
 def test_the_penalty_applies_up_to_end_epoch_and_only_with_a_sparsity() -> None:
-    p = UnitPruning(PruneConfig(sparsity=1e-4, end_epoch=3), _mlp(), _One())
+    p = _pruning(PruneConfig(sparsity=1e-4, end_epoch=3), _mlp())
     assert p.active is False and p.collecting is False  # before the first epoch
     p.start_epoch(3)
     assert p.active is True
     p.start_epoch(4)
     assert p.active is False
-    dense = UnitPruning(PruneConfig(sparsity=0.0, end_epoch=3), _mlp(), _One())
+    dense = _pruning(PruneConfig(sparsity=0.0, end_epoch=3), _mlp())
     dense.start_epoch(1)
     assert dense.active is False
 
 
 def test_taylor_collects_until_its_last_step() -> None:
-    p = UnitPruning(PruneConfig(criterion="taylor", start_epoch=2, end_epoch=3, steps=2), _mlp(),
-                    _One())
+    p = _pruning(PruneConfig(criterion="taylor", start_epoch=2, end_epoch=3, steps=2), _mlp())
     assert [t.dtype for t in p.taylor] == [torch.float64, torch.float64]
     assert [t.shape[0] for t in p.taylor] == [6, 5]
     p.start_epoch(2)
@@ -167,41 +181,36 @@ def test_taylor_collects_until_its_last_step() -> None:
 
 
 def test_a_step_is_due_only_at_a_scheduled_epoch() -> None:
-    p = UnitPruning(PruneConfig(start_epoch=2, end_epoch=4, steps=2), _mlp(), _One())
+    p = _pruning(PruneConfig(start_epoch=2, end_epoch=4, steps=2), _mlp())
     assert [e for e in range(1, 7) if p.due(e)] == [2, 4]
 
 
 def test_an_epoch_without_a_step_prunes_nothing() -> None:
     model = _mlp()
-    p = UnitPruning(PruneConfig(start_epoch=2, end_epoch=2, steps=1, target=0.5), model, _One())
-    assert p.prune(model, None, 1) is False and widths(model) == [6, 5]
-    assert p.prune(model, None, 2) is True and widths(model) == [3, 2]
+    p = _pruning(PruneConfig(start_epoch=2, end_epoch=2, steps=1, target=0.5), model)
+    assert p.prune(model, None, 1) is False and p.widths() == [6, 5]
+    assert p.prune(model, None, 2) is True and p.widths() == [3, 2]
 
 
 def test_the_input_layer_is_kept_whole_when_asked() -> None:
     model = _mlp()
-    p = UnitPruning(PruneConfig(input_layer=False, start_epoch=2, end_epoch=2, steps=1), model,
-                    _One())
-    assert [g.producer for g in p.groups(model)] == [model[2]]
-    neurons_only: Any = UnitPruning(PruneConfig(units="channels"), model, _One())
-    assert neurons_only.groups(model) == []
+    p = _pruning(PruneConfig(input_layer=False, start_epoch=2, end_epoch=2, steps=1), model)
+    assert _roots(p) == [model[2]]
 
 
-def test_an_unsupported_layer_is_refused_naming_it() -> None:
-    model = nn.Sequential(nn.Linear(3, 4), nn.LSTM(4, 4))
+def test_a_model_whose_forward_fails_on_the_example_is_refused_naming_the_error() -> None:
     with pytest.raises(PruneError) as info:
-        UnitPruning(PruneConfig(), model, _One())
-    assert str(info.value) == (
-        "training.prune: cannot prune a model with a LSTM layer: pruning supports sequential "
-        "models (the built-in MLP and the stack genome family)")
+        UnitPruning(PruneConfig(), _mlp(), _One(), torch.randn(2, 7))
+    assert str(info.value).startswith("training.prune: cannot trace this Sequential's graph: "
+                                      "RuntimeError: mat1 and mat2 shapes cannot be multiplied")
 
 
 def test_bn_l1_without_a_batch_norm_names_the_layer() -> None:
     with pytest.raises(PruneError) as info:
-        UnitPruning(PruneConfig(criterion="bn_l1"), _mlp(), _One())
+        _pruning(PruneConfig(criterion="bn_l1"), _mlp())
     assert str(info.value) == (
-        "training.prune.criterion: 'bn_l1' needs a batch norm with a scale after every pruned "
-        "layer; this Linear has none (use 'l1')")
+        "training.prune.criterion: 'bn_l1' needs a batch norm with a scale in every pruned "
+        "group; 0's has none (use 'l1', or keep that layer with prune.keep)")
 
 
 def test_importances_of_three_groups_are_each_their_own_slice() -> None:
@@ -214,17 +223,20 @@ def test_fan_in_of_a_layer_with_one_output() -> None:
     assert fan_in(nn.Linear(7, 1)) == 7
 
 
-def test_a_model_without_a_layer_to_prune_has_no_groups() -> None:
+def test_a_model_without_a_layer_to_prune_is_refused_or_trains_dense_where_allowed() -> None:
     model = nn.Sequential(nn.Flatten(), nn.ReLU())
-    assert UnitPruning(PruneConfig(), model, _One()).groups(model) == []
+    with pytest.raises(PruneError, match="no linear or convolution layer"):
+        _pruning(PruneConfig(), model)
+    dense = UnitPruning(PruneConfig(), model, _One(), X, allow_empty=True)  # a genome's draw
+    assert dense.graph is None and dense.widths() == [] and not dense.prune(model, None, 2)
 
 
 def test_each_step_keeps_a_share_of_the_original_width_not_of_the_last() -> None:
     model = _mlp()
-    p = UnitPruning(PruneConfig(target=0.5, start_epoch=2, end_epoch=3, steps=2), model, _One())
+    p = _pruning(PruneConfig(target=0.5, start_epoch=2, end_epoch=3, steps=2), model)
     assert p.events == {2: 0.25, 3: 0.5}
-    assert p.prune(model, None, 2) and widths(model) == [4, 4]  # round(6 x 0.75), round(5 x .75)
-    assert p.prune(model, None, 3) and widths(model) == [3, 2]  # round(6 x 0.5), round(5 x 0.5)
+    assert p.prune(model, None, 2) and p.widths() == [4, 4]  # round(6 x 0.75), round(5 x .75)
+    assert p.prune(model, None, 3) and p.widths() == [3, 2]  # round(6 x 0.5), round(5 x 0.5)
     assert [len(k) for k in p.kept[1]] == [3, 2]
     assert [t.dtype for t in p.taylor] == [torch.float64, torch.float64]
     assert [t.shape[0] for t in p.taylor] == [3, 2]  # taylor's sums start again, new widths
@@ -234,17 +246,18 @@ def test_resize_to_the_same_widths_replaces_nothing_and_needs_no_optimizer_state
     model = _mlp()
     opt = torch.optim.Adam(model.parameters())  # no step yet: no state for any parameter
     weight = model[0].weight
-    resize(model, [6, 5], opt)
+    p = _pruning(PruneConfig(), model)
+    p.resize([6, 5], opt)
     assert model[0].weight is weight
-    resize(model, [2, 5], opt)
-    assert widths(model) == [2, 5]
+    p.resize([2, 5], opt)
+    assert p.widths() == [2, 5]
     assert any(q is model[0].weight for q in opt.param_groups[0]["params"])
 
 
 def test_a_frozen_parameter_stays_frozen_when_its_units_are_removed() -> None:
     model = _mlp()
     model[0].bias.requires_grad_(False)
-    resize(model, [3, 5])
+    _pruning(PruneConfig(), model).resize([3, 5])
     assert model[0].bias.requires_grad is False and model[0].weight.requires_grad is True
 
 
