@@ -168,6 +168,10 @@ OWN_TESTS: dict[str, list[str]] = {
         "tests/training/test_unit_pruning.py",
         "tests/training/test_taylor_pruning.py",
     ],
+    "training/pruning/_graph.py": [
+        "tests/training/test_unit_pruning_rules.py",
+        "tests/training/test_unit_pruning.py",
+    ],
     "training/state/_reshard.py": [
         "tests/training/test_reshard.py",
         "tests/training/test_checkpoint_rules.py",
