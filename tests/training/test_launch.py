@@ -143,7 +143,12 @@ def test_mpi_runs_funneled_unless_async_progress_is_asked(warm: bool) -> None:
     assert levels == {False: "funneled", True: "multiple"}
 
 
-@pytest.mark.parametrize("algorithm", ["asgd", "simuparallel", "sync", "localsgd"])
+@pytest.mark.parametrize("algorithm", [
+    "asgd", "simuparallel",
+    # sync's and local SGD's ranks step together: the same rule as any sync trial, whose equal
+    # step counts the sampler tests assert; ~20 s each, so in the slow tier (default run time)
+    pytest.param("sync", marks=pytest.mark.slow), pytest.param("localsgd", marks=pytest.mark.slow),
+])
 def test_a_straggler_rank_sleeps_and_asynchronous_ranks_share_batches(algorithm: str) -> None:
     """[training] slowdown = [1, 16]: rank 1 sleeps 15 times its compute time after each
     step. ASGD's and SimuParallelSGD's ranks claim batches, so the fast rank takes more of
