@@ -203,6 +203,36 @@ def test_groups_keep_their_names_and_order_over_the_cuts_and_each_cut_counts_fro
 
 
 @pytest.mark.unit
+def test_a_removal_that_fails_puts_every_weight_back_and_says_why_in_one_line() -> None:
+    torch.manual_seed(0)
+    model = Residual()
+    x = torch.randn(2, 1, 6, 6)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    _train(model, opt, x, classes=3)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    stats = model.stem[1].running_mean.clone()
+    out = model.eval()(x)
+    graph = Graph(model.train(), x)
+    first, inner = graph.groups  # stem's 8 channels (cut first), then the block's inner 6
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("disk on fire")
+
+    inner.prune = broken  # fails after the first group was cut
+    with pytest.raises(PruneError, match=r"^training\.prune: removing units failed: "
+                       r"RuntimeError: disk on fire$"):
+        remove(graph, [(first, [0, 1]), (inner, [2])], opt)
+    assert (model.stem[0].out_channels, model.stem[1].num_features, model.a[0].in_channels,
+            model.head[2].in_features) == (8, 8, 8, 8)
+    after = dict(model.named_parameters())
+    for name, value in before.items():
+        assert after[name].shape == value.shape and torch.equal(after[name], value), name
+        assert after[name].dtype == torch.float32  # not the float64 index codes
+    assert torch.equal(model.stem[1].running_mean, stats)
+    assert torch.equal(model.eval()(x), out)
+
+
+@pytest.mark.unit
 def test_the_weights_kept_are_the_librarys_own_choice_and_values() -> None:
     """The index codes reproduce exactly what Torch-Pruning does to the weights themselves."""
     import torch_pruning as tp

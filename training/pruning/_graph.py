@@ -277,12 +277,18 @@ def remove(graph: Graph, plan: list[tuple[Any, list[int]]],
         real[name] = t.data
         t.grad = None
         t.data = torch.arange(t.numel(), dtype=torch.float64, device=t.device).view(t.shape)
+    sizes = {m: {k: v for k, v in vars(m).items()  # out_channels, num_features, embed_dim...
+                 if not k.startswith("_") and isinstance(v, int | float | tuple)}
+             for m in model.modules()}
     try:
         for group, idxs in plan:
             if idxs:
                 group.prune(sorted(idxs))
-    except Exception as exc:  # noqa: BLE001 - put the weights back, then say why
+    except Exception as exc:  # noqa: BLE001 - put the weights and sizes back, then say why
         _settle(model, params, buffers, real, optimizer, failed=True)
+        for m, attrs in sizes.items():
+            for k, v in attrs.items():
+                setattr(m, k, v)
         raise PruneError(f"training.prune: removing units failed: {type(exc).__name__}: "
                          f"{exc}") from None
     _settle(model, params, buffers, real, optimizer)
