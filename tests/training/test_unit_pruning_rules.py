@@ -276,3 +276,31 @@ def test_renewing_a_parameter_copies_it_and_moves_its_optimizer_state() -> None:
     assert old not in opt.state
     assert any(q is model[2].weight for q in opt.param_groups[0]["params"])
     assert not any(q is old for q in opt.param_groups[0]["params"])
+
+
+def test_the_penalty_pulls_what_the_criterion_measures_and_nothing_else() -> None:
+    def grads(model: nn.Module, config: PruneConfig, x: torch.Tensor) -> list[torch.Tensor]:
+        p = UnitPruning(config, model, _One(), x[:2])
+        p.start_epoch(1)
+        model.zero_grad()
+        model(x).sum().backward()
+        before = [q.grad.clone() for q in model.parameters()]
+        p.after_backward(model)
+        return [q.grad - b for q, b in zip(model.parameters(), before, strict=True)]
+
+    model = _mlp()
+    added = grads(model, PruneConfig(sparsity=0.1, end_epoch=3), torch.randn(3, 4))
+    weights = [model[0].weight, model[2].weight]  # the groups' layers; not the classifier's
+    for q, a in zip(model.parameters(), added, strict=True):
+        expected = 0.1 * torch.sign(q.detach()) if any(q is w for w in weights) else 0 * q
+        assert torch.allclose(a, expected), a
+    torch.manual_seed(0)
+    conv = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+                         nn.Linear(16, 2))
+    with torch.no_grad():
+        conv[1].weight.copy_(torch.tensor([0.5, -0.2, 0.3, -0.9]))
+    added = grads(conv, PruneConfig(criterion="bn_l1", sparsity=0.1, end_epoch=3),
+                  torch.randn(3, 1, 4, 4))
+    named = dict(zip([n for n, _ in conv.named_parameters()], added, strict=True))
+    assert torch.allclose(named["1.weight"], torch.tensor([0.1, -0.1, 0.1, -0.1]))
+    assert all(torch.equal(v, torch.zeros_like(v)) for k, v in named.items() if k != "1.weight")
