@@ -304,3 +304,8 @@ def test_the_penalty_pulls_what_the_criterion_measures_and_nothing_else() -> Non
     named = dict(zip([n for n, _ in conv.named_parameters()], added, strict=True))
     assert torch.allclose(named["1.weight"], torch.tensor([0.1, -0.1, 0.1, -0.1]))
     assert all(torch.equal(v, torch.zeros_like(v)) for k, v in named.items() if k != "1.weight")
+    # l1 on the same model: the convolution's weights, not the norm's scales
+    added = grads(conv, PruneConfig(sparsity=0.1, end_epoch=3), torch.randn(3, 1, 4, 4))
+    named = dict(zip([n for n, _ in conv.named_parameters()], added, strict=True))
+    assert torch.allclose(named["0.weight"], 0.1 * torch.sign(conv[0].weight.detach()))
+    assert all(torch.equal(v, torch.zeros_like(v)) for k, v in named.items() if k != "0.weight")
