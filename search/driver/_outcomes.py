@@ -28,6 +28,7 @@ RESULT_ATTRS = (
     "exit_reason",
     "n_params",
     "flops",
+    "pruned_units",  # [training] prune: {"groups": {layer: [dense, final]}, "left_alone": [..]}
     "test_accuracy",
     "launch_overhead_s",
     "command",

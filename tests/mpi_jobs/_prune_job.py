@@ -55,6 +55,7 @@ def main(out: str) -> None:
             "n_params": [r["n_params"] for r in run.history],
             "flops": [r["flops"] for r in run.history],
             "accuracy": run.values["val_accuracy"],
+            "pruned": run.pruned_units,
             "state": run.state,
         }
 

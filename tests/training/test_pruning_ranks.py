@@ -24,6 +24,9 @@ def test_every_rank_removes_the_same_units(job: Any, algorithm: str) -> None:
     rank0, rank1 = r["kept"]
     assert len(rank0) == 2 and rank0 == rank1  # two pruning steps, the same units on both
     assert r["widths"][0] == r["widths"][1] == [8, 8, 16]
+    # what the trial records: each group by its first layer, dense and final width
+    assert list(r["pruned"]["groups"].values()) == [[16, 8], [16, 8], [32, 16]]
+    assert r["pruned"]["left_alone"] == []
     # It trained on after pruning (chance: 0.1; asgd's 4 epochs here reach 0.5 to 0.8).
     assert r["state"] == "complete" and r["accuracy"] > (0.7 if algorithm == "sync" else 0.3)
     if algorithm == "asgd-taylor":  # taylor's choice is its own, not l1's

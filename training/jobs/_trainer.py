@@ -68,6 +68,8 @@ class TrainResult:
     checkpoint_bytes: int = 0
     # [training] repeats > 1: each seed's final values, and their standard deviation by name
     repeats: dict[str, Any] | None = None
+    # [training] prune: each group's dense and final width, the groups left alone
+    pruned_units: dict[str, Any] | None = None
 
 
 def _sum_over_ranks(comm: MPI.Comm, values: list[float]) -> list[float]:
@@ -412,6 +414,7 @@ class Trainer:
             checkpoint_s=self.checkpointer.seconds if self.checkpointer is not None else 0.0,
             checkpoint_bytes=self.checkpointer.bytes if self.checkpointer is not None else 0,
             repeats=_spread(per_seed[-1], self.config.seed) if per_seed else None,
+            pruned_units=self.pruning.report() if self.pruning is not None else None,
         )
 
     def epoch_and_evaluate(self, epoch: int) -> tuple[float, dict[str, float]]:

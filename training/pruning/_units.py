@@ -121,6 +121,17 @@ class UnitPruning:
         """Every group's width (all units), the shape a checkpoint records."""
         return [] if self.graph is None else self.graph.widths()
 
+    def report(self) -> dict[str, Any]:
+        """What a trial records (its ``pruned_units`` attribute): each group's dense and current
+        width by the layer it is known by, and the groups left alone."""
+        graph = self.graph
+        if graph is None:
+            return {"groups": {}, "left_alone": [], "note": "no layer whose outputs may be "
+                    "removed: trained dense"}
+        now = dict(zip(self._roots(), self.widths(), strict=True))
+        return {"groups": {k: [self.original.get(k, w), w] for k, w in now.items()},
+                "left_alone": self.left_alone()}
+
     def left_alone(self) -> list[str]:
         """The groups found unsafe to cut (their root layers' names)."""
         return [] if self.graph is None else list(self.graph.unsafe)
