@@ -153,13 +153,19 @@ def test_optimizer_state_is_sliced_with_the_weights(kind: str) -> None:
     assert dense.out_features == 10
 
 
-@pytest.mark.unit
-def test_a_residual_pair_loses_the_same_channels_and_the_rest_follows() -> None:
+def _trained_residual(n: int) -> tuple[Residual, torch.Tensor, torch.optim.Optimizer]:
+    """A Residual trained 3 steps on ``n`` random images (momentum in its optimizer)."""
     torch.manual_seed(0)
     model = Residual()
-    x = torch.randn(4, 1, 6, 6)
+    x = torch.randn(n, 1, 6, 6)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     _train(model, opt, x, classes=3)
+    return model, x, opt
+
+
+@pytest.mark.unit
+def test_a_residual_pair_loses_the_same_channels_and_the_rest_follows() -> None:
+    model, x, opt = _trained_residual(4)
     pruning = UnitPruning(ONCE, model, _Self(), x[:2])
     graph = pruning.graph
     assert graph is not None
@@ -204,11 +210,7 @@ def test_groups_keep_their_names_and_order_over_the_cuts_and_each_cut_counts_fro
 
 @pytest.mark.unit
 def test_a_removal_that_fails_puts_every_weight_back_and_says_why_in_one_line() -> None:
-    torch.manual_seed(0)
-    model = Residual()
-    x = torch.randn(2, 1, 6, 6)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    _train(model, opt, x, classes=3)
+    model, x, opt = _trained_residual(2)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     stats = model.stem[1].running_mean.clone()
     out = model.eval()(x)

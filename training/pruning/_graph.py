@@ -195,19 +195,13 @@ class Graph:
         return out
 
     # -- the safety check -------------------------------------------------------------------
-    def _runs(self, cuts: dict[str, int]) -> bool:
+    def _runs(self, cuts: dict[str, int], dense: tuple[int, ...]) -> bool:
         """Whether a copy of the model with the groups rooted at ``cuts``' names cut by that
-        many units (their last) still runs and gives outputs of the dense shape."""
+        many units (their last) still runs and gives outputs of the ``dense`` shape."""
         try:
             twin = copy.deepcopy(self.model)
         except Exception:  # noqa: BLE001 - a model that cannot be copied is not checked
             return True
-        training = self.model.training
-        try:  # in eval mode: a forward in training mode would move batch norms' statistics
-            with torch.no_grad():
-                dense = tuple(_first_tensor(self.forward(self.model.eval(), self.example)).shape)
-        finally:
-            self.model.train(training)
         try:
             other = Graph(twin, self.example, self.forward, units=self.units, keep=self.keep,
                           input_layer=self.input_layer, check=False)
@@ -224,17 +218,23 @@ class Graph:
     def _check(self, target: float) -> list[str]:
         """Each group's step (the smallest cut that runs, among the divisors of its width) and
         then the target cut of all; the names of the groups that break the model."""
+        training = self.model.training
+        try:  # in eval mode: a forward in training mode would move batch norms' statistics
+            with torch.no_grad():
+                dense = tuple(_first_tensor(self.forward(self.model.eval(), self.example)).shape)
+        finally:
+            self.model.train(training)
         names = [str(self.name.get(self.root(g))) for g in self.groups]
         widths = dict(zip(names, self.widths(), strict=True))
         first = {n: _heads(g) for n, g in zip(names, self.groups, strict=True)}
         unsafe: list[str] = []
-        if self._runs(first):
+        if self._runs(first, dense):
             self.steps = first
         else:
             for n in names:
                 w, base = widths[n], first[n]
                 tries = [d for d in range(base, w // 2 + 1, base) if w % d == 0]
-                found = next((d for d in tries if self._runs({n: d})), None)
+                found = next((d for d in tries if self._runs({n: d}, dense)), None)
                 if found is None:
                     unsafe.append(n)
                 else:
@@ -242,8 +242,8 @@ class Graph:
         frac = max(target, 0.25)
         cuts = {n: cut_count(widths[n], widths[n], frac, self.steps[n])
                 for n in names if n not in unsafe}
-        if not self._runs(cuts):
-            unsafe += [n for n in cuts if not self._runs({n: cuts[n]})]
+        if not self._runs(cuts, dense):
+            unsafe += [n for n in cuts if not self._runs({n: cuts[n]}, dense)]
         return unsafe
 
 

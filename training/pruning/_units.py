@@ -111,6 +111,7 @@ class UnitPruning:
         self.kept: list[list[list[int]]] = []  # per step: each group's kept unit indices
         # taylor: per group, the importance summed over the batches since the last step
         self.taylor = [torch.zeros(w, dtype=torch.float64) for w in self.widths()]
+        self._pulled: tuple[list[Any], list[nn.Module]] | None = None  # the penalty's layers
 
     # -- what a checkpoint and a report need ------------------------------------------------
     def _roots(self) -> list[str]:
@@ -196,11 +197,13 @@ class UnitPruning:
                         m.weight.grad.mul_(ratio)
         if not self.active:
             return
-        for g in self.graph.groups:
-            for m in self._penalized(g):
-                w = m.weight
-                if w is not None and w.grad is not None:
-                    w.grad.add_(torch.sign(w), alpha=self.config.sparsity)
+        if self._pulled is None or self._pulled[0] is not self.graph.groups:
+            self._pulled = (self.graph.groups,  # what each group's penalty pulls, once a cut
+                            [m for g in self.graph.groups for m in self._penalized(g)])
+        for m in self._pulled[1]:
+            w = m.weight
+            if w is not None and w.grad is not None:
+                w.grad.add_(torch.sign(w), alpha=self.config.sparsity)
 
     def _score(self, group: Any) -> torch.Tensor | None:
         """One group's importance now, float64, per unit (None: nothing measured, as for a
