@@ -57,7 +57,8 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    dataset: str = Field("digits", description="a built-in dataset or module:function")
+    dataset: str = Field("digits", description="a built-in dataset, shards:PATH (record "
+                         "shards `search data pack` wrote; docs/data.md) or module:function")
     epochs: int = Field(10, ge=1, description="epochs each trial trains (the last rung)")
     batch_size: int = Field(64, ge=1, description="global batch, split across ranks")
     lr: float = Field(0.05, gt=0, description="learning rate")
@@ -157,6 +158,14 @@ class TrainConfig(BaseModel):
     loader_workers: int = Field(
         0, ge=0, le=64, description="DataLoader worker processes per rank (file datasets only)"
     )
+    data_cache: str | None = Field(
+        None, description="shards:PATH datasets: a node-local directory where shards are copied "
+        "once per node and shared by every trial on it (LRU); unset: read from PATH")
+    data_cache_gb: float = Field(
+        20.0, gt=0, description="the data cache's limit in GiB (least recently used shards go)")
+    shuffle_window: int = Field(
+        4, ge=1, le=4096, description="shards:PATH datasets: shards whose samples are shuffled "
+        "together (each epoch permutes the shards, then the samples of each window of them)")
     prune: PruneConfig | None = Field(
         None, description="prune neurons and channels during training (docs/training-core.md); "
         "each key searchable in [space] as prune_<key>; an own loop applies it with "
@@ -201,7 +210,7 @@ class TrainConfig(BaseModel):
         for key in ("optimizer", "lr_schedule"):
             if ":" in getattr(self, key):
                 named[key] = getattr(self, key)
-        if ":" in self.dataset:
+        if ":" in self.dataset and not self.dataset.startswith("shards:"):
             named["dataset"] = self.dataset
         return {f"training.{k}": v for k, v in named.items() if v is not None}
 

@@ -134,6 +134,7 @@ class Driver:
             # any directory): search.storage._checkpoint_store.
             store = fix_store(study, sf, storage_url)
             self.checkpoints = {"store": store, "every": sf.checkpoints.every,
+                                "every_steps": sf.checkpoints.every_steps,
                                 "keep": sf.checkpoints.keep}
         self.owner = driver_id()
         # Dask keys name this driver object, not only its process: a key still held from an

@@ -352,6 +352,8 @@ def _header(plan: Plan) -> str:
     if sf.checkpointing:
         every = (f"every {sf.checkpoints.every} epochs" if sf.checkpoints.every > 1 else
                  "every epoch" if sf.checkpoints.every == 1 else "on pauses")
+        if sf.checkpoints.every_steps:
+            every += f" and every {sf.checkpoints.every_steps} steps"
         pruner += f"; checkpoints {every}"
     return (f"study [bold]{escape(sf.name)}[/] in {escape(redact(plan.url))}: {todo}, "
             f"{plan.concurrency} at a time, {escape(what_a_trial_is(sf))}; {_strategy(plan)}, "

@@ -271,8 +271,8 @@ def paused_when_lost(study: optuna.Study, trial: optuna.Trial | FrozenTrial,
     epoch = frozen.last_step
     if not isinstance(checkpoint, dict) or not checkpoint.get("id") or epoch is None:
         return None
-    if int(checkpoint["epoch"]) != epoch:
-        return None
+    if int(checkpoint["epoch"]) != epoch or checkpoint.get("cursor"):
+        return None  # (a checkpoint within the next epoch: the pruner let it go on)
     return epoch if promoter.prune(study, frozen) else None
 
 

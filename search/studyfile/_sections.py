@@ -296,6 +296,10 @@ class Checkpoints(_Strict):
     every: int = Field(
         0, ge=0, description="epochs between two checkpoints; 0: only when a trial pauses"
     )
+    every_steps: int = Field(
+        0, ge=0, description="also within an epoch, every this many global batches (a cursor "
+        "into the epoch's sample stream: a resumed or resized trial reads the rest of the "
+        "epoch exactly once); 0: only at epoch ends")
     keep: int = Field(2, ge=1, description="newest checkpoints kept per trial")
     store: str | None = Field(
         None,

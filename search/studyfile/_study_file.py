@@ -226,11 +226,12 @@ class StudyFile(_Strict):
                 )
             )
         if self.own_loop is not None:
-            if self.checkpoints.every:
-                problems.append(StudyError(
-                    "checkpoints.every", "an own loop saves when train() calls "
-                    "session.save_checkpoint: remove checkpoints.every",
-                ))
+            for key in ("every", "every_steps"):
+                if getattr(self.checkpoints, key):
+                    problems.append(StudyError(
+                        f"checkpoints.{key}", "an own loop saves when train() calls "
+                        f"session.save_checkpoint: remove checkpoints.{key}",
+                    ))
         elif self.objective is not None:
             if self.pruner.promote:
                 problems.append(StudyError(
@@ -336,7 +337,8 @@ class StudyFile(_Strict):
         loop always has a store: it saves when it calls session.save_checkpoint."""
         if self.own_loop is not None:
             return True
-        return self.objective is None and (self.checkpoints.every > 0 or self.pruner.promote)
+        return self.objective is None and (self.checkpoints.every > 0 or self.pruner.promote
+                                           or self.checkpoints.every_steps > 0)
 
     @property
     def objectives(self) -> list[str]:

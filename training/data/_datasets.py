@@ -216,14 +216,21 @@ DATASETS: dict[str, Callable[[float], Dataset]] = {
 
 
 def check_dataset_name(name: str) -> None:
-    """Raise ValueError unless ``name`` is a registered dataset or a ``module:function`` path."""
+    """Raise ValueError unless ``name`` is a registered dataset, ``shards:PATH`` or a
+    ``module:function`` path."""
     if name in DATASETS:
         return
+    if name.startswith("shards:"):
+        if len(name) > len("shards:"):
+            return
+        raise ValueError("dataset 'shards:' names no directory: 'shards:PATH' (a directory "
+                         "`search data pack` wrote)")
     if ":" in name:
         module, _, func = name.partition(":")
         if module and func.isidentifier():
             return
-    raise ValueError(f"unknown dataset {name!r} (known: {sorted(DATASETS)}, or 'module:function')")
+    raise ValueError(f"unknown dataset {name!r} (known: {sorted(DATASETS)}, 'shards:PATH', or "
+                     "'module:function')")
 
 
 _CHECK_USER_LOADER = (
@@ -243,6 +250,14 @@ def check_dataset_loads(name: str, env: dict[str, str] | None = None) -> None:
     use MPI, which this process must not join).
     """
     check_dataset_name(name)
+    if name.startswith("shards:"):
+        from training.data._shards import ShardError, check_shards
+
+        try:
+            check_shards(name[len("shards:"):])
+        except ShardError as exc:
+            raise ValueError(str(exc)) from None
+        return
     env = {**os.environ, **(env or {})}
     if name in DATASETS:
         saved = {k: os.environ.get(k) for k in ("DETOL_CACHE", "DETOL_FASHION_MNIST")}

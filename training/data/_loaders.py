@@ -27,7 +27,9 @@ import torch
 from torch.utils.data import DataLoader, Sampler, default_collate
 
 from training._config import TrainConfig
+from training.data._cache import NodeCache
 from training.data._datasets import DATASETS, Dataset
+from training.data._shards import SPLITS, ShardError, ShardSet, check_shards, shards_path
 from training.plugins import DataInfo, PluginError, TorchDatasets, resolve
 
 if TYPE_CHECKING:  # not at run time: loader workers import this module and must not start MPI
@@ -68,11 +70,12 @@ class InMemory(torch.utils.data.Dataset):  # type: ignore[type-arg]
 
 
 class InMemoryLoader:
-    """An in-memory dataset's batches: ``__getitems__`` of each index array of ``sampler``.
-    What a ``DataLoader`` without workers does, less its per-batch machinery (profiler scope,
-    fetcher, collation), which measurably slows the small models the built-in sets train."""
+    """A dataset's batches read whole (in memory, or record shards): ``__getitems__`` of each
+    index array of ``sampler``. What a ``DataLoader`` without workers does, less its per-batch
+    machinery (profiler scope, fetcher, collation), which measurably slows the small models the
+    built-in sets train."""
 
-    def __init__(self, dataset: InMemory, sampler: Sampler[Any]) -> None:
+    def __init__(self, dataset: Any, sampler: Sampler[Any]) -> None:
         self.dataset = dataset
         self.sampler = sampler
 
@@ -88,10 +91,15 @@ def collate(samples: list[Any]) -> Any:
     return default_collate(samples) if samples else None
 
 
+def _as_is(batch: Any) -> Any:
+    """A batch a dataset read whole (record shards): nothing to collate."""
+    return batch
+
+
 def rows_batch(dataset: Any, rows: list[int]) -> Any:
-    """Rows of ``dataset`` as one batch, collated as the loaders collate (in-memory sets: one
-    indexing)."""
-    if isinstance(dataset, InMemory):
+    """Rows of ``dataset`` as one batch, collated as the loaders collate (in-memory sets and
+    record shards: one read)."""
+    if isinstance(dataset, InMemory | ShardSet):
         return dataset.__getitems__(rows)
     return collate([dataset[i] for i in rows])
 
@@ -108,6 +116,17 @@ class TrainData:
     @property
     def in_memory(self) -> bool:
         return isinstance(self.train, InMemory)
+
+    @property
+    def whole_batches(self) -> bool:
+        """Whether the train set reads a batch at once from an index array (in memory, shards)."""
+        return isinstance(self.train, InMemory | ShardSet)
+
+    def epoch_order(self, window: int) -> Any:
+        """The train set's own epoch order ``(seed, epoch) -> rows``, None for a permutation."""
+        if isinstance(self.train, ShardSet):
+            return lambda seed, epoch: self.train.epoch_order(seed, epoch, window)
+        return None
 
 
 def _outputs_of(y: np.ndarray | torch.Tensor) -> int:
@@ -152,8 +171,36 @@ def _from_torch(ds: TorchDatasets, config: TrainConfig) -> TrainData:
     return TrainData(info, ds.train, ds.val, ds.test)
 
 
+def _from_shards(root: str, config: TrainConfig) -> TrainData:
+    """A packed dataset's splits (training/data/_shards.py), read through the node's cache when
+    ``data_cache`` is set."""
+    index = check_shards(root)
+    cache = None
+    if config.data_cache:
+        cache = NodeCache(config.data_cache, int(config.data_cache_gb * 2**30))
+    sets = {split: ShardSet(root, split, index=index, cache=cache) for split in SPLITS
+            if index["splits"].get(split, {}).get("samples")}
+    if "val" not in sets:
+        raise ShardError(f"shards:{root}: no val split (pack it with --val-fraction > 0)")
+    if index["task"] != config.task:
+        raise ShardError(f"shards:{root}: packed for task {index['task']!r}, the trial's "
+                         f"training.task is {config.task!r}")
+    y = index["y"]["shape"]
+    info = DataInfo(
+        input_shape=tuple(index["x"]["shape"]),
+        n_classes=index["n_classes"] if config.task == "classification" else None,
+        n_targets=int(np.prod(y)) if y and config.task == "regression" else (
+            1 if config.task == "regression" else None),
+        task=config.task, n_train=len(sets["train"]))
+    return TrainData(info, sets["train"], sets["val"], sets.get("test"))
+
+
 def load_train_data(config: TrainConfig) -> TrainData:
-    """The trial's data: a built-in set, or the ``dataset`` plug-in's arrays or torch datasets."""
+    """The trial's data: a built-in set, record shards (``shards:PATH``), or the ``dataset``
+    plug-in's arrays or torch datasets."""
+    root = shards_path(config.dataset)
+    if root is not None:
+        return _from_shards(root, config)
     if config.dataset in DATASETS:
         return from_arrays(DATASETS[config.dataset](config.val_fraction), config.task)
     module, _, func = config.dataset.partition(":")
@@ -169,26 +216,36 @@ def load_train_data(config: TrainConfig) -> TrainData:
 
 
 class ClaimedBatches(Sampler[list[int]]):
-    """The local batches of the epoch's permutation that this rank claims, until none are left.
-    Claims are made as the loader asks for indices (ahead of training with workers)."""
+    """The local batches of the epoch's order that this rank claims, until none are left.
+    Claims are made as the loader asks for indices (ahead of training with workers). A pass
+    reads samples ``start:stop`` of the epoch (:meth:`set_range`), every one of them once."""
 
     def __init__(self, n: int, *, batch_size: int, seed: int, claims: BatchClaims,
-                 arrays: bool = False) -> None:
+                 arrays: bool = False, order: Any = None) -> None:
         self.n, self.seed, self.claims, self.arrays = n, seed, claims, arrays
         self.local = max(1, -(-batch_size // claims.comm.size))  # rows per claimed batch
-        self.batches = -(-n // self.local)
+        self.order = order
         self.epoch = 1
+        self.set_range(0, n)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+
+    def set_range(self, start: int, stop: int | None = None) -> None:
+        self.start, self.stop = start, self.n if stop is None else stop
+        self.batches = -(-(self.stop - self.start) // self.local)
 
     def __len__(self) -> int:
         return self.batches  # an upper bound: this rank takes some of them
 
     def __iter__(self) -> Iterator[list[int]]:
-        order = np.random.default_rng([self.seed, self.epoch]).permutation(self.n)
+        if self.order is not None:
+            order = self.order(self.seed, self.epoch)
+        else:
+            order = np.random.default_rng([self.seed, self.epoch]).permutation(self.n)
         while (i := self.claims.claim(self.batches)) is not None:
-            rows = order[i * self.local : (i + 1) * self.local]
+            first = self.start + i * self.local
+            rows = order[first : min(first + self.local, self.stop)]
             yield rows if self.arrays else rows.tolist()  # type: ignore[misc]
 
 
@@ -213,7 +270,8 @@ def make_loader(
     """The batches of ``sampler``'s index lists. In-memory sets: whole-batch indexing, no
     workers; other sets: a DataLoader with ``workers`` processes (kept for the whole trial),
     pinned memory on CUDA."""
-    if isinstance(dataset, InMemory):
+    whole = isinstance(dataset, ShardSet)
+    if isinstance(dataset, InMemory) or (whole and workers == 0):
         return InMemoryLoader(dataset, sampler)
     context = None
     if workers > 0:
@@ -227,7 +285,7 @@ def make_loader(
     return DataLoader(
         dataset,
         batch_sampler=sampler,
-        collate_fn=collate,
+        collate_fn=_as_is if whole else collate,
         num_workers=workers,
         persistent_workers=workers > 0,
         multiprocessing_context=context,

@@ -8,6 +8,10 @@ number of steps (a synchronous algorithm never waits for a step that another ran
 take), and the trajectory does not depend on the rank count. A last global batch too small to
 give every rank a sample joins the one before it, so no rank ever gets an empty batch.
 
+A pass may read a range of the epoch (:meth:`GlobalBatchSlices.set_range`): the rest of an
+epoch after a cursor (seed, epoch, samples consumed), on any number of ranks, reads exactly the
+samples the uninterrupted epoch would have read after it, in the same order.
+
 Unlike ``torch.utils.data.DistributedSampler`` nothing is padded or dropped, and the epoch
 advances by itself at each pass (``set_epoch`` still works, e.g. after a resume). The
 asynchronous algorithms claim batches instead (:class:`training.data.ClaimedBatches`).
@@ -15,7 +19,7 @@ asynchronous algorithms claim batches instead (:class:`training.data.ClaimedBatc
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -25,6 +29,8 @@ from torch.utils.data import Sampler
 class GlobalBatchSlices(Sampler[list[int]]):
     """This rank's slice of every global batch of each epoch: a ``batch_sampler`` for a
     ``DataLoader``. ``arrays``: yield index arrays (in-memory sets) instead of lists.
+    ``order(seed, epoch)``: the epoch's order when the dataset has its own (record shards:
+    :meth:`training.data.ShardSet.epoch_order`), else a permutation (``shuffle``) or in order.
 
     >>> s = GlobalBatchSlices(10, batch_size=4, rank=1, size=2, shuffle=False)
     >>> list(s), [s.global_batch(i) for i in range(len(s))]
@@ -44,6 +50,7 @@ class GlobalBatchSlices(Sampler[list[int]]):
         seed: int = 0,
         epoch: int = 1,
         arrays: bool = False,
+        order: Callable[[int, int], np.ndarray] | None = None,
     ) -> None:
         if size < 1 or not 0 <= rank < size:
             raise ValueError(f"rank {rank} is not a rank of a job of size {size}")
@@ -62,14 +69,43 @@ class GlobalBatchSlices(Sampler[list[int]]):
         self.seed = seed
         self.epoch = epoch
         self.arrays = arrays
-        bounds = [(s, min(s + batch_size, n)) for s in range(0, n, batch_size)]
-        if len(bounds) > 1 and bounds[-1][1] - bounds[-1][0] < size:
+        self.order = order
+        self.start, self.stop = 0, n
+        self.bounds = self._bounds()
+
+    def _bounds(self) -> list[tuple[int, int]]:
+        n, size, b = self.n, self.size, self.batch_size
+        bounds = [(s, min(s + b, self.stop)) for s in range(self.start, self.stop, b)]
+        if self.stop == n and len(bounds) > 1 and bounds[-1][1] - bounds[-1][0] < size:
             bounds[-2:] = [(bounds[-2][0], bounds[-1][1])]  # too small to split: joins the last
-        self.bounds = bounds
+        return bounds
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch the next pass reads (passes after it count up from there)."""
         self.epoch = epoch
+
+    def set_range(self, start: int, stop: int | None = None) -> None:
+        """Read samples ``start:stop`` of the epoch's order (a cursor: samples consumed so far,
+        a multiple of ``batch_size``) in the passes from now on."""
+        stop = self.n if stop is None else stop
+        if not 0 <= start <= stop <= self.n or (start % self.batch_size and start != stop):
+            raise ValueError(f"range {start}:{stop} is not a whole number of global batches of "
+                             f"an epoch of {self.n}")
+        self.start, self.stop = start, stop
+        self.bounds = self._bounds()
+
+    @property
+    def first_batch(self) -> int:
+        """Global batches of the epoch before this range."""
+        return self.start // self.batch_size
+
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """The epoch's order of all samples, the same on every rank."""
+        if self.order is not None:
+            return self.order(self.seed, epoch)
+        if self.shuffle:
+            return np.random.default_rng([self.seed, epoch]).permutation(self.n)
+        return np.arange(self.n)
 
     def __len__(self) -> int:
         return len(self.bounds)
@@ -82,10 +118,7 @@ class GlobalBatchSlices(Sampler[list[int]]):
     def __iter__(self) -> Iterator[Any]:
         epoch = self.epoch
         self.epoch += 1  # the next pass is the next epoch, unless set_epoch says otherwise
-        if self.shuffle:
-            order = np.random.default_rng([self.seed, epoch]).permutation(self.n)
-        else:
-            order = np.arange(self.n)
+        order = self.epoch_order(epoch)
         for start, stop in self.bounds:
             rows = order[start:stop][self.rank :: self.size]
             yield rows if self.arrays else rows.tolist()

@@ -143,14 +143,19 @@ class Trainer:
         asynchronous = self.algorithm.sync_period() is None and comm.size > 1
         self.claims = BatchClaims(comm) if asynchronous else None
         self.sampler: GlobalBatchSlices | ClaimedBatches
-        arrays = self.data.in_memory  # index arrays for in-memory sets, lists for the rest
+        arrays = self.data.whole_batches  # index arrays for sets read whole, lists otherwise
+        # Record shards have an epoch order of their own (windows of shards); the one order of
+        # an epoch, whatever the rank count (training/data/_shards.py).
+        order = self.data.epoch_order(config.shuffle_window)
         if self.claims is not None:
             self.sampler = ClaimedBatches(self.n_train, batch_size=config.batch_size,
-                                          seed=config.seed, claims=self.claims, arrays=arrays)
+                                          seed=config.seed, claims=self.claims, arrays=arrays,
+                                          order=order)
         else:
             self.sampler = GlobalBatchSlices(self.n_train, batch_size=config.batch_size,
                                              seed=config.seed, rank=comm.rank, size=comm.size,
-                                             arrays=arrays)
+                                             arrays=arrays, order=order)
+        self.epoch_steps = len(self.sampler)  # sync: global batches of a whole epoch
         self.loader = make_loader(self.data.train, self.sampler, workers=config.loader_workers,
                                   device=self.device)
         self.steps = 0
@@ -214,29 +219,58 @@ class Trainer:
             self.steps += 1
         return local_loss
 
-    def _run_epoch(self, epoch: int) -> float:
-        """Returns the mean training loss over the epoch (all ranks)."""
+    def _segments(self, start: int) -> list[tuple[int, int]]:
+        """The parts of an epoch from sample ``start`` on, cut where a checkpoint is due within
+        the epoch (``[checkpoints] every_steps`` global batches; never inside the last one)."""
+        n, b = self.n_train, self.config.batch_size
+        plan = self.checkpointer.plan if self.checkpointer is not None else None
+        every = getattr(plan, "every_steps", 0) * b
+        cuts = [] if not every or self.config.algorithm == "batch" else [
+            c for c in range(every, ((n - 1) // b) * b, every) if c > start]
+        edges = [start, *cuts, n]
+        return list(zip(edges[:-1], edges[1:], strict=True))
+
+    def _run_epoch(self, epoch: int, start: int = 0, done: float = 0.0) -> float:
+        """Returns the mean training loss over the epoch (all ranks). ``start``: samples of the
+        epoch's stream trained on before a resume, whose summed loss was ``done``."""
         self.model.train()
-        self.sampler.set_epoch(epoch)
-        loss = 0.0
         if self.first_step_time is None:
             self.first_step_time = time.time()
+        total, steps = done, round(start / self.config.batch_size)
+        for first, stop in self._segments(start):
+            self.sampler.set_epoch(epoch)
+            self.sampler.set_range(first, stop)
+            loss, steps = self._run_part(epoch, steps)
+            (part,) = _sum_over_ranks(self.comm, [loss])  # waits for all ranks
+            if self.claims is not None:
+                self.claims.end_epoch(self.sampler.batches)  # type: ignore[union-attr]
+            total += part
+            if stop < self.n_train:  # a checkpoint within the epoch: its cursor
+                cursor = {"seed": self.config.seed, "epoch": epoch, "consumed": stop,
+                          "train_loss_sum": total}
+                self.session.save_checkpoint(self.checkpoint_state(), reshard=True,
+                                             cursor=cursor)  # waits for all ranks
+        return total / self.n_train
+
+    def _run_part(self, epoch: int, steps: int) -> tuple[float, int]:
+        """This rank's summed loss over the sampler's range, and the epoch's steps after it."""
+        loss = 0.0
         if isinstance(self.sampler, ClaimedBatches):  # a fast rank takes more batches
             global_batch = self.sampler.local * self.comm.size
             # the schedule's clock: the epoch's claimed batches, shared by all ranks
-            share = max(1, self.sampler.batches // self.comm.size)
-            for i, batch in enumerate(self.loader):
-                self.schedule.apply(self.optimizer, epoch, i, share)
+            share = max(1, -(-self.n_train // self.sampler.local) // self.comm.size)
+            for batch in self.loader:
+                self.schedule.apply(self.optimizer, epoch, steps, share)
                 loss += self._step(batch, global_batch, last_in_epoch=False)
+                steps += 1
         else:
-            last = len(self.sampler) - 1
+            first, last = self.sampler.first_batch, self.epoch_steps - 1
             for i, batch in enumerate(self.loader):
-                self.schedule.apply(self.optimizer, epoch, i, last + 1)
-                loss += self._step(batch, self.sampler.global_batch(i), last_in_epoch=i == last)
-        (total,) = _sum_over_ranks(self.comm, [loss])  # waits for all ranks
-        if self.claims is not None:
-            self.claims.end_epoch(self.sampler.batches)  # type: ignore[union-attr]
-        return total / self.n_train
+                self.schedule.apply(self.optimizer, epoch, first + i, last + 1)
+                loss += self._step(batch, self.sampler.global_batch(i),
+                                   last_in_epoch=first + i == last)
+            steps = first + len(self.sampler)
+        return loss, steps
 
     @torch.no_grad()
     def evaluate(self, dataset: Any) -> dict[str, float]:
@@ -320,27 +354,35 @@ class Trainer:
         self.algorithm = rebuild(self.algorithm, self.model, self.optimizer, self.make_algorithm)
         self.flops = count_flops(self.model, self.sample)
 
-    def _resume(self) -> tuple[int, list[dict[str, float]], float]:
-        """(first epoch to run, the curve so far, training seconds already spent), from the
-        checkpoint the session resumed from (read when it opened), its state loaded."""
+    def _resume(self) -> tuple[int, list[dict[str, float]], dict[str, Any] | None]:
+        """(first epoch to run, the curve so far, the cursor within that epoch if the
+        checkpoint was taken in it), from the checkpoint the session resumed from (read when it
+        opened), its state loaded."""
         header, mine = self.session.resumed_header, self.session.load_checkpoint()
         if header is None or mine is None:
-            return 1, [], 0.0
+            return 1, [], None
         self.load_checkpoint_state(mine)
-        return int(header["epoch"]) + 1, list(header["history"]), float(header["train_time_s"])
+        first, cursor = int(header["epoch"]) + 1, header.get("cursor")
+        if cursor is not None and (cursor["epoch"], cursor["seed"]) != (first, self.config.seed):
+            raise ValueError(f"the checkpoint's cursor {cursor} is not within epoch {first} of "
+                             f"seed {self.config.seed}")
+        return first, list(header["history"]), cursor
 
     def train(self) -> TrainResult:
         session = self.session
-        first, history, _ = self._resume()
+        first, history, cursor = self._resume()
         segment_start = time.perf_counter()
         session.start_clock()  # the curve's train_time_s: from here, earlier segments too
         state, reason = "complete", "completed all epochs"
         epochs_run = 0
         per_seed: list[list[tuple[float, dict[str, float]]]] = []
         for epoch in range(first, self.config.epochs + 1):
-            if self.pruning is not None:
+            start, done = 0, 0.0
+            if cursor is not None and epoch == first:  # resumed within the epoch
+                start, done = int(cursor["consumed"]), float(cursor["train_loss_sum"])
+            if self.pruning is not None and not start:  # (a resumed epoch was pruned already)
                 self._prune_step(epoch)  # a step due: waits for all ranks
-            train_loss = self._run_epoch(epoch)
+            train_loss = self._run_epoch(epoch, start, done)
             epochs_run += 1
             with self.algorithm.consensus():  # waits for all ranks (except sync)
                 val = self.evaluate(self.data.val)

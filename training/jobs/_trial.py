@@ -161,6 +161,7 @@ def make_checkpointer(spec: Any, comm: Any, reporter: Any, memory: Any = None) -
             "id": artifact_id, "epoch": int(header["epoch"]), "store": plan.store,
             "ranks": int(header.get("ranks", comm.size)),
             "reshard": bool(header.get("reshard", False)),
+            **({"cursor": header["cursor"]} if header.get("cursor") else {}),
         })
 
     def download(artifact_id: str, path: str) -> None:

@@ -330,14 +330,17 @@ class Session:
             return False
         return self.decision == PAUSE or bool(self._checkpointer.plan.due(self.last_epoch))
 
-    def save_checkpoint(self, state: Mapping[str, Any], *, reshard: bool = False) -> None:
+    def save_checkpoint(self, state: Mapping[str, Any], *, reshard: bool = False,
+                        cursor: Mapping[str, Any] | None = None) -> None:
         """Save ``state`` (this rank's: tensors, numbers, strings, lists, dicts) as the trial's
         checkpoint of the last reported epoch, in the study's artifact store. Every rank calls
         it (each rank's state is kept, and restored on the same rank). ``reshard=True``: the
         checkpoint may restore on another number of ranks by training.state._reshard's rule (sync:
         rank 0's state on every rank; the other algorithms: the mean of the ranks merged,
         a copy for a new rank): for a state of floating-point tensors and numbers shaped the
-        same on every rank; the algorithm is the one :meth:`wrap` was given."""
+        same on every rank; the algorithm is the one :meth:`wrap` was given. ``cursor``: a
+        checkpoint within the next epoch, ``{"seed", "epoch", "consumed", ...}`` (the
+        samples of that epoch's stream already trained on), kept in the header."""
         if self._checkpointer is None:
             raise RuntimeError("save_checkpoint: this trial has no checkpoint store (run it "
                                "through `search run`, which gives every own-loop trial one)")
@@ -353,6 +356,8 @@ class Session:
                   "history": self.history, "train_time_s": self.train_time_s()}
         if reshard:
             header.update(reshard=True, algorithm=self._algorithm())
+        if cursor is not None:
+            header["cursor"] = dict(cursor)
         artifact = self._checkpointer.save(header, dict(state))  # waits for all ranks
         self.saved_after = self.reports
         if self.rank == 0:

@@ -21,7 +21,7 @@ CHECKPOINT_ATTR = "detol:checkpoint"
 # ranks (training.state._reshard), the global batch staying what it is.
 FREE_ON_RESTORE = (
     "epochs", "ranks", "bucket_kb", "threads_per_rank", "mpi_async_progress", "agree_timeout_s",
-    "loader_workers",
+    "loader_workers", "data_cache", "data_cache_gb",
 )
 
 
@@ -31,6 +31,7 @@ class CheckpointPlan:
 
     store: str  # a directory, s3://bucket or gs://bucket
     every: int = 0  # epochs between two checkpoints; 0: only when the trial pauses
+    every_steps: int = 0  # also within an epoch, every this many global batches; 0: never
     keep: int = 2  # newest checkpoints kept per trial
 
     @classmethod
