@@ -19,6 +19,7 @@ import typer
 from rich.markup import escape
 
 from search._console import err, out, print_error
+from search._data_cli import data_app
 from search._errors import StudyError
 from search.storage._reading import (
     DEFAULT_STORAGE,
@@ -37,6 +38,8 @@ app = typer.Typer(
     help="Hyperparameter and topology search: every trial is an MPI job, scheduled by Dask, "
     "stored in Optuna.",
 )
+
+app.add_typer(data_app, name="data")
 
 StorageOpt = Annotated[
     str | None,
