@@ -63,7 +63,7 @@ def pack(
     splits = ", ".join(f"{k} {v['samples']:,} in {len(v['shards'])} shard(s)"
                        for k, v in index["splits"].items())
     out.print(f"packed {escape(source)} into {escape(str(dest))}: {splits}; use "
-              f'dataset = "shards:{escape(str(dest))}"', highlight=False)
+              f'dataset = "shards:{escape(str(dest))}"', highlight=False, soft_wrap=True)
 
 
 @data_app.command()
@@ -85,4 +85,4 @@ def verify(
                     f"{', '.join(bad[:5])} (pack again)")
         raise typer.Exit(1)
     n = sum(len(v["shards"]) for v in index["splits"].values())
-    out.print(f"shards:{escape(str(path))}: {n} shard(s) match their checksums", highlight=False)
+    out.print(f"shards:{escape(str(path))}: {n} shard(s) match their checksums", highlight=False, soft_wrap=True)

@@ -161,3 +161,27 @@ def test_a_changed_shard_is_refused_before_training(packed: Path, tmp_path: Path
         f.write(b"x")
     with pytest.raises(ShardError, match="00001.arrow has .* bytes, the index says"):
         check_shards(copy)
+
+
+def test_search_data_pack_and_validate_name_a_bad_shards_directory_in_one_line(
+        packed: Path, tmp_path: Path) -> None:
+    from tests.cli_helpers import run_cli
+
+    code, out, _ = run_cli("data", "pack", "digits", str(tmp_path / "d"), "--limit", "100",
+                           "--shard-mb", "0.01")
+    assert code == 0 and 'dataset = "shards:' in out
+    index = read_index(tmp_path / "d")
+    assert index["splits"]["train"]["samples"] == 100
+    assert run_cli("data", "verify", str(tmp_path / "d"))[0] == 0
+    with open(tmp_path / "d" / index["splits"]["train"]["shards"][0]["file"], "r+b") as f:
+        f.seek(200)
+        f.write(b"\xff")  # same size, other bytes
+    code, _, err = run_cli("data", "verify", str(tmp_path / "d"))
+    assert code == 1 and "differ from their checksum" in err
+    code, _, err = run_cli("data", "pack", "nosuch", str(tmp_path / "e"))
+    assert code == 2 and "not a built-in dataset" in err and not (tmp_path / "e").exists()
+    study = tmp_path / "s.toml"
+    study.write_text(f'name = "s"\n[training]\ndataset = "shards:{tmp_path / "none"}"\n')
+    code, _, err = run_cli("validate", str(study))
+    assert code == 2 and "training.dataset" in err and "does not exist" in err
+    assert len(err.strip().splitlines()) == 1
