@@ -136,10 +136,12 @@ def worker(spec: dict[str, Any]) -> None:
     torch.set_num_threads(1)
     import resnet  # noqa: F401  # torchvision's import, before the baseline, on both sides
 
-    dataset = "resnet:load" if side == "png" else "png_loading:memory"  # the user's plug-in
-    config = TrainConfig(dataset=dataset, model="png_loading:cnn",
+    dataset = {"png": "resnet:load", "memory": "png_loading:memory",  # the user's plug-ins
+               "shards": f"shards:{spec.get('shards')}"}[side]  # benchmarks/data_layer.py
+    config = TrainConfig(dataset=dataset, model=spec.get("model", "png_loading:cnn"),
                          algorithm="sync", ranks=RANKS, epochs=spec["epochs"], batch_size=BATCH,
-                         lr=0.05, momentum=0.9, loader_workers=spec["workers"], seed=0)
+                         lr=0.05, momentum=0.9, loader_workers=spec["workers"], seed=0,
+                         data_cache=spec.get("cache"))
     rss_base = _status_kb("self", "VmRSS") / 1024
     trainer = Trainer(config, comm)
     rss_ready = _status_kb("self", "VmRSS") / 1024

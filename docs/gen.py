@@ -423,7 +423,11 @@ def cli_page() -> str:
            "```\nsearch [OPTIONS] COMMAND [ARGS]...\n```\n",
            first_paragraph(group.callback) + "\n",
            table(["option", "type", "default", "help"], _param_rows(group.params))]
-    for name, cmd in group.commands.items():
+    commands = []
+    for name, cmd in group.commands.items():  # a sub-group's commands (search data pack) too
+        subs = getattr(cmd, "commands", None)
+        commands += [(f"{name} {n}", c) for n, c in subs.items()] if subs else [(name, cmd)]
+    for name, cmd in commands:
         out.append(f"## `search {name}`\n")
         out.append(f"```\n{_usage(name, cmd)}\n```\n")
         out.append(inspect.cleandoc(cmd.help or "") + "\n")

@@ -25,7 +25,7 @@ data_app = typer.Typer(
 def pack(
     source: Annotated[str, typer.Argument(
         help="a built-in dataset (digits, mnist1d, fashion-mnist, mnist5k), an ImageFolder "
-        "directory (DIR/train/<class>/*.png, optional DIR/test/...), or a module:function "
+        "directory (DIR/train/CLASS/*.png, optional DIR/test/...), or a module:function "
         "dataset plug-in")],
     dest: Annotated[Path, typer.Argument(help="a new or empty directory (or an unfinished "
                                          "packing of the same settings, which resumes)")],
