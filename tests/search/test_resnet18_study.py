@@ -4,6 +4,7 @@ torchvision ResNet-18 on a PNG tree read through loader workers (a tiny tree, on
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -21,19 +22,23 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "fashion_png"
 
 
+def _swapped(name: str, swaps: dict[str, str]) -> str:
+    """The shipped study file ``studies/NAME.toml`` with ``swaps`` made (each must be there)."""
+    text = (REPO / "studies" / f"{name}.toml").read_text()
+    for old, new in swaps.items():
+        assert old in text, f"studies/{name}.toml no longer has {old!r}"
+        text = text.replace(old, new)
+    return text
+
+
 def _study(tree: Path) -> str:
     """The shipped study file, cut to one trial of one epoch on ``tree``."""
-    text = (REPO / "studies" / "resnet18-fashion.toml").read_text()
-    swaps = {
+    return _swapped("resnet18-fashion", {
         "trials = 2": "trials = 1",
         "epochs = 2": "epochs = 1",
         'PYTHONPATH = "examples/fashion_png"': f'PYTHONPATH = "{EXAMPLE}"',
         'FASHION_PNG = "data/fashion-png-quick"': f'FASHION_PNG = "{tree}"',
-    }
-    for old, new in swaps.items():
-        assert old in text, f"studies/resnet18-fashion.toml no longer has {old!r}"
-        text = text.replace(old, new)
-    return text
+    })
 
 
 def _one_trial(text: str, name: str, tmp_path: Path) -> optuna.trial.FrozenTrial:
@@ -68,18 +73,40 @@ def test_resnet18_prune_study_cuts_the_residual_stages_of_torchvisions_model(
     tree = tmp_path / "png"
     subprocess.run([sys.executable, str(EXAMPLE / "write_pngs.py"), "--out", str(tree),
                     "--limit", "40"], check=True, capture_output=True, timeout=120)
-    text = (REPO / "studies" / "resnet18-prune.toml").read_text()
-    swaps = {
+    text = _swapped("resnet18-prune", {
         "trials = 2": "trials = 1", "epochs = 4": "epochs = 1",
         "prune = { target = 0.5, start_epoch = 2, end_epoch = 3, steps = 2, sparsity = 1e-4 }":
         "prune = { target = 0.5, start_epoch = 1, end_epoch = 1, steps = 1 }",
         'PYTHONPATH = "examples/fashion_png"': f'PYTHONPATH = "{EXAMPLE}"',
         'FASHION_PNG = "data/fashion-png-quick"': f'FASHION_PNG = "{tree}"',
-    }
-    for old, new in swaps.items():
-        assert old in text, f"studies/resnet18-prune.toml no longer has {old!r}"
-        text = text.replace(old, new)
+    })
     trial = _one_trial(text, "resnet18-prune", tmp_path)
     # 30 % to 70 % of every group's channels cut before the first batch: 11.2 M parameters
     # become at most about half (the classifier's 10 outputs and the stem's input stay).
     assert trial.user_attrs["n_params"] < 0.55 * 11_170_000
+
+
+def test_resnet18_shards_study_streams_packed_shards_through_one_node_cache(
+        tmp_path: Path) -> None:
+    # studies/resnet18-shards.toml: the PNG tree packed by `search data pack`, read by both
+    # ranks through one node cache, a checkpoint within the epoch linked with its cursor.
+    tree, shards, cache = tmp_path / "png", tmp_path / "shards", tmp_path / "cache"
+    subprocess.run([sys.executable, str(EXAMPLE / "write_pngs.py"), "--out", str(tree),
+                    "--limit", "80"], check=True, capture_output=True, timeout=120)
+    subprocess.run([*search_command(), "data", "pack", str(tree), str(shards), "--shard-mb",
+                    "0.01"], check=True, capture_output=True, timeout=120)
+    text = _swapped("resnet18-shards", {
+        "trials = 2": "trials = 1", "epochs = 2": "epochs = 1",
+        'PYTHONPATH = "examples/fashion_png"': f'PYTHONPATH = "{EXAMPLE}"',
+        'dataset = "shards:data/fashion-shards-quick"': f'dataset = "shards:{shards}"',
+        'data_cache = "data/node-cache"': f'data_cache = "{cache}"',
+    })
+    trial = _one_trial(text, "resnet18-shards", tmp_path)
+    assert trial.user_attrs["n_params"] > 11_000_000 and trial.user_attrs["epochs_run"] == 1
+    checkpoint = trial.user_attrs["detol:checkpoint"]  # the newest: within epoch 1
+    assert checkpoint["epoch"] == 0 and checkpoint["cursor"]["epoch"] == 1
+    assert checkpoint["cursor"]["consumed"] % 32 == 0 and checkpoint["cursor"]["consumed"] > 0
+    index = json.loads((shards / "index.json").read_text())
+    n_shards = sum(len(s["shards"]) for s in index["splits"].values())
+    copies = [p for p in cache.iterdir() if p.is_file() and not p.name.startswith(".")]
+    assert len(copies) == n_shards  # every split read through the cache, one copy each
