@@ -47,6 +47,7 @@ from typing import Any
 from _common import machine, now_iso  # benchmarks/_common.py
 
 ROOT = Path(__file__).resolve().parents[1]
+NORMALIZE = "0.286/0.353"  # examples/fashion_png/resnet.py's Normalize: the memory side's values
 PARTS = ("shuffle", "loader", "resume", "cotenancy", "epochs", "resnet")
 sys.path[:0] = [str(ROOT), str(ROOT / "examples" / "fashion_png"), str(Path(__file__).parent)]
 import png_loading  # noqa: E402  # the epoch-time job, shared with the PNG benchmark
@@ -277,7 +278,8 @@ def main() -> None:
         t = time.perf_counter()
         shard_mb = 0.25 if args.quick else 4.0  # 12 shards either way
         # the memory side's split: resnet.load(val_fraction=0.2), TrainConfig's default
-        index = pack(str(tree), shards, shard_mb=shard_mb, val_fraction=0.2)
+        index = pack(str(tree), shards, shard_mb=shard_mb, val_fraction=0.2,
+                     normalize=NORMALIZE)
         pack_s = time.perf_counter() - t
         print(f"packed {index['splits']['train']['samples']} train images into "
               f"{len(index['splits']['train']['shards'])} shards in {pack_s:.1f} s", flush=True)
@@ -312,7 +314,8 @@ def main() -> None:
             small_tree = ROOT / "data" / "fashion-png-4000"
             write_pngs.write_tree(small_tree, limit=4000)
             small_shards = tmp / "fashion-4000-shards"
-            pack(str(small_tree), small_shards, shard_mb=0.25, val_fraction=0.2)
+            pack(str(small_tree), small_shards, shard_mb=0.25, val_fraction=0.2,
+                 normalize=NORMALIZE)
             result["epochs_resnet18"] = epochs(small_tree, small_shards, 2, args.rounds or 2,
                                                tmp, model="resnet:build")
     result.setdefault("loadavg_after", {}).update({p: os.getloadavg() for p in parts})

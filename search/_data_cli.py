@@ -37,6 +37,9 @@ def pack(
         help="validation split carved from train where the source has none", min=0.0,
         max=0.9)] = 0.1,
     task: Annotated[str, typer.Option(help="classification or regression")] = "classification",
+    normalize: Annotated[str | None, typer.Option(
+        help="MEAN/STD per channel, applied when read: (x - MEAN) / STD, e.g. 0.286/0.353 "
+        "(images: after the scale to 0..1)")] = None,
 ) -> None:
     """Pack SOURCE into DEST as Arrow IPC shards with an index of counts and checksums."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
@@ -56,7 +59,8 @@ def pack(
 
         try:
             index = pack_shards(source, dest, shard_mb=shard_mb, limit=limit, seed=seed,
-                                val_fraction=val_fraction, task=task, progress=progress)
+                                val_fraction=val_fraction, task=task, normalize=normalize,
+                                progress=progress)
         except (ShardError, OSError, ValueError, ImportError) as exc:
             print_error(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             raise typer.Exit(2) from None
@@ -85,4 +89,5 @@ def verify(
                     f"{', '.join(bad[:5])} (pack again)")
         raise typer.Exit(1)
     n = sum(len(v["shards"]) for v in index["splits"].values())
-    out.print(f"shards:{escape(str(path))}: {n} shard(s) match their checksums", highlight=False, soft_wrap=True)
+    out.print(f"shards:{escape(str(path))}: {n} shard(s) match their checksums",
+              highlight=False, soft_wrap=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+import torch
 
 from training.data._cache import CacheFull, NodeCache
 from training.data._datasets import DATASETS
@@ -117,6 +118,13 @@ def test_an_image_folder_packs_as_bytes_read_back_as_tensor_floats(tmp_path: Pat
     assert x.dtype.is_floating_point and float(x.max()) <= 1.0
     found = {tuple((xi[0].numpy() * 255).round().astype(np.uint8).ravel()) for xi in x}
     assert found <= {tuple(a.ravel()) for a in pixels.values()} and len(found) == 9
+    # --normalize: (x / 255 - mean) / std as the samples are read, the stored bytes the same
+    pack(str(tmp_path / "img"), tmp_path / "n", val_fraction=0.25, normalize="0.5/0.25")
+    normed = ShardSet(tmp_path / "n", "train").__getitems__(np.arange(len(train)))[0]
+    assert torch.allclose(normed, (x - 0.5) / 0.25, atol=1e-6)
+    with pytest.raises(ShardError, match="2 values, the samples have 1 channels"):
+        pack(str(tmp_path / "img"), tmp_path / "bad", normalize="0.5,0.5/0.2,0.2")
+    assert not (tmp_path / "bad").exists()
 
 
 def test_the_cache_never_hands_out_a_partial_or_damaged_shard(

@@ -196,20 +196,46 @@ def _samples_per_shard(source: Source, shard_mb: float) -> int:
     return max(1, int(shard_mb * 2**20 // per))
 
 
+def parse_normalize(text: str) -> tuple[list[float], list[float]]:
+    """``"MEAN/STD"`` with one value or one per channel each: ``0.286/0.353``,
+    ``0.485,0.456,0.406/0.229,0.224,0.225``."""
+    try:
+        mean, std = ([float(v) for v in part.split(",")] for part in text.split("/"))
+    except ValueError:
+        raise ShardError(f"--normalize {text!r}: expected MEAN/STD, comma lists per channel "
+                         "(e.g. 0.286/0.353)") from None
+    if len(mean) != len(std) or not all(v > 0 for v in std):
+        raise ShardError(f"--normalize {text!r}: as many means as standard deviations, each "
+                         "deviation > 0")
+    return mean, std
+
+
 def pack(source_name: str, dest: str | Path, *, shard_mb: float = 32.0, limit: int | None = None,
          seed: int = 0, val_fraction: float = 0.1, task: str = "classification",
+         normalize: str | None = None,
          progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Pack ``source_name`` into ``dest``; returns the index. Resumes an unfinished packing of
-    the same settings; ``progress(samples_done, samples_total)`` after every shard."""
+    the same settings; ``progress(samples_done, samples_total)`` after every shard.
+    ``normalize``: ``"MEAN/STD"`` applied when the samples are read (the stored bytes stay)."""
     import pyarrow as pa
 
     dest = Path(dest)
     settings = {"source": source_name, "shard_mb": shard_mb, "limit": limit, "seed": seed,
                 "val_fraction": val_fraction, "task": task}
+    if normalize is not None:
+        settings["normalize"] = normalize
+    norm = parse_normalize(normalize) if normalize is not None else None
     state = _check_dest(dest, settings)
     if state.get("done"):
         return json.loads((dest / INDEX).read_text())
     source = open_source(source_name, val_fraction=val_fraction, task=task)
+    if norm is not None:
+        channels = source.x.shape[0] if source.x.shape else 1
+        if len(norm[0]) not in (1, channels):
+            raise ShardError(f"--normalize {normalize!r}: {len(norm[0])} values, the samples "
+                             f"have {channels} channels (shape {source.x.shape})")
+        source.x = Column(source.x.dtype, source.x.shape, source.x.scale, tuple(norm[0]),
+                          tuple(norm[1]))
     per = _samples_per_shard(source, shard_mb)
     orders = {}
     for split, s in source.splits.items():

@@ -94,19 +94,27 @@ def sha256_file(path: str | Path, chunk: int = 1 << 22) -> str:
 
 @dataclass(frozen=True)
 class Column:
-    """How one field of a sample is stored: dtype, per-sample shape, and ``scale`` (stored
-    integers times scale is the float the model reads; None: as stored)."""
+    """How one field of a sample is stored: dtype, per-sample shape, ``scale`` (stored integers
+    times scale is the float the model reads; None: as stored) and ``mean``/``std`` per channel
+    (the first axis; then the model reads ``(x * scale - mean) / std``, as torchvision's
+    ``Normalize``)."""
 
     dtype: str
     shape: tuple[int, ...]
     scale: float | None = None
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
 
     @classmethod
     def of(cls, data: dict[str, Any]) -> Column:
-        return cls(data["dtype"], tuple(data["shape"]), data.get("scale"))
+        norm = {k: tuple(data[k]) for k in ("mean", "std") if data.get(k) is not None}
+        return cls(data["dtype"], tuple(data["shape"]), data.get("scale"), **norm)
 
     def as_json(self) -> dict[str, Any]:
-        return {"dtype": self.dtype, "shape": list(self.shape), "scale": self.scale}
+        out = {"dtype": self.dtype, "shape": list(self.shape), "scale": self.scale}
+        if self.mean is not None:
+            out.update(mean=list(self.mean), std=list(self.std or ()))
+        return out
 
     def arrow_type(self) -> Any:
         import pyarrow as pa
@@ -162,12 +170,13 @@ class ShardSet:
         # freed once no process maps it).
         self._open: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.reads = 0  # shards this process opened
+        self._norm: tuple[Any, Any] | None = None  # mean and std as tensors, made once
 
     def __len__(self) -> int:
         return self.n
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_open": {}}
+        return {**self.__dict__, "_open": {}, "_norm": None}
 
     # -- the one order --------------------------------------------------------------------
     def shard_order(self, seed: int, epoch: int) -> np.ndarray:
@@ -235,6 +244,13 @@ class ShardSet:
         tx = torch.from_numpy(x)
         if self.x.scale is not None:
             tx = tx.to(torch.float32).mul_(self.x.scale)
+        if self.x.mean is not None:
+            tx = tx.to(torch.float32)
+            if self._norm is None:
+                view = (-1,) + (1,) * (len(self.x.shape) - 1)
+                self._norm = (torch.tensor(self.x.mean).view(view),
+                              torch.tensor(self.x.std).view(view))
+            tx = tx.sub_(self._norm[0]).div_(self._norm[1])
         return tx, torch.from_numpy(y)
 
     def __getitem__(self, i: Any) -> tuple[Any, Any]:
