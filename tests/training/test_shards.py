@@ -193,3 +193,22 @@ def test_search_data_pack_and_validate_name_a_bad_shards_directory_in_one_line(
     code, _, err = run_cli("validate", str(study))
     assert code == 2 and "training.dataset" in err and "does not exist" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_an_epoch_order_with_a_cache_copies_the_epochs_shards_ahead_in_that_order(
+        packed: Path, tmp_path: Path) -> None:
+    shards = read_index(packed)["splits"]["train"]["shards"]
+    size = sum(s["bytes"] for s in shards)
+    train = ShardSet(packed, "train", cache=NodeCache(tmp_path / "c", 4 * size))
+    train.epoch_order(seed=0, epoch=1, window=4)
+    assert train.prefetcher is not None
+    train.prefetcher.join(60)
+    assert len(train.cache.copies()) == len(shards) and train.cache.copied == len(shards)
+    assert train.reads == 0  # copied, not yet read
+    half = ShardSet(packed, "train", cache=NodeCache(tmp_path / "h", size))  # budget: half
+    order = [int(s) for s in half.shard_order(0, 1)]
+    half.epoch_order(seed=0, epoch=1, window=4)
+    half.prefetcher.join(60)
+    names = {p.name for p in half.cache.copies()}
+    got = [s for s in order if half.cache.name(shards[s]) in names]
+    assert got == order[: len(got)] and 0 < len(got) < len(shards)  # the first ones, in order

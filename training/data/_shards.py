@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -171,12 +172,13 @@ class ShardSet:
         self._open: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.reads = 0  # shards this process opened
         self._norm: tuple[Any, Any] | None = None  # mean and std as tensors, made once
+        self.prefetcher: threading.Thread | None = None
 
     def __len__(self) -> int:
         return self.n
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_open": {}, "_norm": None}
+        return {**self.__dict__, "_open": {}, "_norm": None, "prefetcher": None}
 
     # -- the one order --------------------------------------------------------------------
     def shard_order(self, seed: int, epoch: int) -> np.ndarray:
@@ -184,8 +186,11 @@ class ShardSet:
 
     def epoch_order(self, seed: int, epoch: int, window: int) -> np.ndarray:
         """Every sample of the split once: shards permuted by (seed, epoch), ``window`` of
-        them at a time, each window's samples permuted."""
+        them at a time, each window's samples permuted. With a node cache, a thread starts
+        copying the epoch's shards into it in that order (ahead of the readers)."""
         shards = self.shard_order(seed, epoch)
+        if self.cache is not None:
+            self.prefetch([int(s) for s in shards])
         rng = np.random.default_rng([seed, epoch, 1])
         parts = []
         for w in range(0, len(shards), max(1, window)):
@@ -193,6 +198,28 @@ class ShardSet:
                                    for s in shards[w : w + window]])
             parts.append(rng.permutation(rows))
         return np.concatenate(parts)
+
+    def prefetch(self, shards: list[int]) -> threading.Thread:
+        """Copy ``shards`` into the node cache in this order, in a daemon thread, up to half
+        the cache's limit (so that it never evicts what is being read); readers that get there
+        first copy on demand (one copy either way: the cache's per-shard lock)."""
+        budget = self.cache.limit // 2
+
+        def run() -> None:
+            spent = 0
+            for s in shards:
+                spent += int(self.shards[s]["bytes"])
+                if spent > budget:
+                    return
+                try:
+                    self.local_path(s)
+                except Exception:  # noqa: BLE001 - the reader meets the error itself, in order
+                    return
+
+        thread = threading.Thread(target=run, name="detol-shard-prefetch", daemon=True)
+        thread.start()
+        self.prefetcher = thread
+        return thread
 
     # -- reading --------------------------------------------------------------------------
     def local_path(self, shard: int) -> Path:
