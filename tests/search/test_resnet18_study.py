@@ -92,12 +92,13 @@ def test_resnet18_shards_study_streams_packed_shards_through_one_node_cache(
     # ranks through one node cache, a checkpoint within the epoch linked with its cursor.
     tree, shards, cache = tmp_path / "png", tmp_path / "shards", tmp_path / "cache"
     subprocess.run([sys.executable, str(EXAMPLE / "write_pngs.py"), "--out", str(tree),
-                    "--limit", "80"], check=True, capture_output=True, timeout=120)
+                    "--limit", "200"], check=True, capture_output=True, timeout=120)
     subprocess.run([*search_command(), "data", "pack", str(tree), str(shards), "--shard-mb",
                     "0.01", "--normalize", "0.286/0.353"], check=True, capture_output=True,
                    timeout=120)
     text = _swapped("resnet18-shards", {
         "trials = 2": "trials = 1", "epochs = 2": "epochs = 1",
+        "every_steps = 4": "every_steps = 2",  # 160 training images: 5 batches of 32
         'PYTHONPATH = "examples/fashion_png"': f'PYTHONPATH = "{EXAMPLE}"',
         'dataset = "shards:data/fashion-shards-quick"': f'dataset = "shards:{shards}"',
         'data_cache = "data/node-cache"': f'data_cache = "{cache}"',
