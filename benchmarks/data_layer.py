@@ -74,7 +74,9 @@ def epochs(tree: Path, shards: Path, n_epochs: int, rounds: int, tmp: Path,
     dropped = True
     for r in range(rounds):
         sides = ["memory", "shards", "cache"]
-        for side in sides if r % 2 == 0 else sides[::-1]:
+        # every side in every position: round r runs them rotated by r (reversed on odd rounds)
+        order = sides[r % 3:] + sides[: r % 3]
+        for side in order if r % 2 == 0 else order[::-1]:
             spec: dict[str, Any] = {"side": "memory" if side == "memory" else "shards",
                                     "epochs": n_epochs, "workers": 0, "shards": str(shards),
                                     "model": model}

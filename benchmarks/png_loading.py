@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -147,11 +148,14 @@ def worker(spec: dict[str, Any]) -> None:
     rss_ready = _status_kb("self", "VmRSS") / 1024
     epochs = []
     losses = []
+    faults = []  # major page faults of this rank per epoch (data read from disk by a mapping)
     for epoch in range(1, spec["epochs"] + 1):
         comm.Barrier()  # waits for all ranks
         start = time.perf_counter()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_majflt
         losses.append(trainer._run_epoch(epoch))
         epochs.append(float(comm.allreduce(time.perf_counter() - start, op=MPI.MAX)))
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_majflt - before)
     rss = {
         "rank_rss_mb": _status_kb("self", "VmRSS") / 1024,
         "rank_peak_rss_mb": _status_kb("self", "VmHWM") / 1024,
@@ -159,6 +163,7 @@ def worker(spec: dict[str, Any]) -> None:
         "rank_rss_ready_mb": rss_ready,
         "workers_pss_mb": _children_pss_mb(),
         "rows_read": trainer.rows_read,
+        "major_faults": faults,
     }
     trainer.algorithm.finish()
     per_rank = comm.gather(rss, root=0)
