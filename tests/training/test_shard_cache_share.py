@@ -1,5 +1,6 @@
-"""The node-local cache under four processes that read every shard at once: one copy of each
-shard is made, by one of them (the others wait on its lock and find it)."""
+"""The node-local cache with other processes: four that read every shard at once make one copy
+of each (the others wait on its lock and find it); `search validate`'s fresh-process check
+reads a pack without filling the cache."""
 
 from __future__ import annotations
 
@@ -45,3 +46,14 @@ def test_processes_on_a_node_share_one_copy_of_each_shard(packed: Path, tmp_path
     assert copied == len(shards)
 
 
+def test_search_validate_reads_a_pack_without_filling_the_node_cache(
+        packed: Path, tmp_path: Path) -> None:
+    from tests.cli_helpers import run_cli
+
+    study = tmp_path / "s.toml"  # pruning: validate builds the model on the data (fresh process)
+    study.write_text(f'name = "s"\n[training]\ndataset = "shards:{packed}"\n'
+                     f'data_cache = "{tmp_path / "cache"}"\nprune = {{ target = 0.5 }}\n')
+    code, out, err = run_cli("validate", str(study), "--storage", str(tmp_path / "j.journal"))
+    assert code == 0, err
+    assert "training.prune: cuts" in out + err  # the check read the pack and ran the model
+    assert not (tmp_path / "cache").exists()  # validate writes nothing

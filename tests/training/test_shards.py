@@ -212,3 +212,4 @@ def test_an_epoch_order_with_a_cache_copies_the_epochs_shards_ahead_in_that_orde
     names = {p.name for p in half.cache.copies()}
     got = [s for s in order if half.cache.name(shards[s]) in names]
     assert got == order[: len(got)] and 0 < len(got) < len(shards)  # the first ones, in order
+

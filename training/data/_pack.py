@@ -107,7 +107,11 @@ def _image_tree(root: Path) -> tuple[list[str], list[tuple[Path, int]]]:
 
 
 def _from_image_folder(root: Path, val_fraction: float) -> Source:
-    from PIL import Image
+    try:
+        from PIL import Image
+    except ImportError:
+        raise ShardError(f"{root}: packing image files needs Pillow (pip install pillow, or "
+                         "pip install -e '.[vision]')") from None
 
     tree = {"train": root / "train", "test": root / "test"} if (root / "train").is_dir() else {
         "train": root}

@@ -166,7 +166,8 @@ def _run(request: dict[str, Any],
 
         resolve(key, name)
     try:
-        data = load_train_data(config)
+        # read straight from a shards: pack: a check writes nothing, not even a cache copy
+        data = load_train_data(config.model_copy(update={"data_cache": None}))
     except PluginError:
         raise
     except Exception as exc:  # noqa: BLE001
