@@ -116,7 +116,7 @@ def test_an_mpi_trial_is_submitted_with_its_spec_and_no_dask_retry(
     assert (spec["timeout_s"], spec["warm"], spec["pool_ranks"], spec["resume_from"],
             spec["own_loop"]) == (None, False, None, None, None)
     assert spec["checkpoints"] == {"store": str(tmp_path.resolve() / "detol-artifacts"), "every": 0,
-                                   "keep": 2}
+                                   "every_steps": 0, "keep": 2}
     assert before <= spec["ask_time"] <= time.time()
     assert (run.ranks, run.continuation, run.resumed_epoch) == (2, False, 0)
     assert run.carried == {LINEAGE_EPOCHS_ATTR: 0.0, LINEAGE_RANK_SECONDS_ATTR: 0.0,

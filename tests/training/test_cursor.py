@@ -130,7 +130,9 @@ def test_asynchronous_ranks_resume_a_killed_epoch_at_another_width_with_every_sa
         shards: tuple[Path, int], tmp_path: Path) -> None:
     # asgd claims batches (a fast rank takes more); a checkpoint within the epoch is taken when
     # every claim of its part of the stream is trained.
-    a = run(tmp_path, "a", 2, shards[0], algorithm="asgd", die_after=8)
+    # A part is 5 global batches = 10 claims of 16 rows; a rank that took 21 claims has waited
+    # at the end of the first part's checkpoint for rank 0 to record it: one id at least.
+    a = run(tmp_path, "a", 2, shards[0], algorithm="asgd", die_after=24)
     newest = a["ids"][-1]
     consumed = cursor_of(a, newest)
     b = run(tmp_path, "b", 4, shards[0], algorithm="asgd", resume=newest)
