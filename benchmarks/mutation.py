@@ -172,6 +172,14 @@ OWN_TESTS: dict[str, list[str]] = {
         "tests/training/test_unit_pruning_rules.py",
         "tests/training/test_unit_pruning.py",
     ],
+    # Issue 48: the shard reader and the node cache (in-process tests; the mpiexec and
+    # multi-process ones run the original code).
+    "training/data/_shards.py": [
+        "tests/training/test_shards.py",
+    ],
+    "training/data/_cache.py": [
+        "tests/training/test_shards.py",
+    ],
     "training/state/_reshard.py": [
         "tests/training/test_reshard.py",
         "tests/training/test_checkpoint_rules.py",

@@ -4,6 +4,7 @@ destination), the reader (rows in their order, the one epoch order), the node-lo
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -213,3 +214,44 @@ def test_an_epoch_order_with_a_cache_copies_the_epochs_shards_ahead_in_that_orde
     got = [s for s in order if half.cache.name(shards[s]) in names]
     assert got == order[: len(got)] and 0 < len(got) < len(shards)  # the first ones, in order
 
+
+
+def test_an_index_of_another_format_or_version_is_refused(packed: Path, tmp_path: Path) -> None:
+    import shutil
+
+    for key, value in (("format", "webdataset"), ("version", 2)):
+        copy = tmp_path / key
+        shutil.copytree(packed, copy)
+        index = json.loads((copy / INDEX).read_text())
+        (copy / INDEX).write_text(json.dumps({**index, key: value}))
+        with pytest.raises(ShardError, match="expected 'detol-shards' version 1"):
+            read_index(copy)
+
+
+def test_a_copy_evicted_between_fetch_and_open_is_fetched_again(
+        packed: Path, tmp_path: Path) -> None:
+    train = ShardSet(packed, "train", cache=NodeCache(tmp_path / "c", 1 << 30))
+    fetch, calls = train.cache.fetch, []
+
+    def evicting(source: Path, entry: dict) -> Path:
+        local = fetch(source, entry)
+        calls.append(local)
+        if len(calls) == 1:
+            local.unlink()  # another process's eviction, just after this one's fetch
+        return local
+
+    train.cache.fetch = evicting
+    x, _ = train.rows([0])
+    assert len(calls) == 2 and x.shape[0] == 1
+
+
+def test_a_set_whose_cache_is_prefetching_still_pickles_for_loader_workers(
+        packed: Path, tmp_path: Path) -> None:
+    import pickle
+
+    train = ShardSet(packed, "train", cache=NodeCache(tmp_path / "c", 1 << 30))
+    train.epoch_order(0, 1, 4)  # starts the prefetch thread (not picklable)
+    train.rows([0])
+    clone = pickle.loads(pickle.dumps(train))
+    assert clone.prefetcher is None and clone._open == {}
+    assert np.array_equal(clone.rows([5, 1])[1], train.rows([5, 1])[1])
