@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 import spaces
 from training.algorithms import ALGORITHMS
 from training.data import check_dataset_name
+from training.data._shards import shards_path
 from training.plugins import check_name
 from training.pruning import (
     SEARCHABLE_PRUNE,
@@ -210,7 +211,7 @@ class TrainConfig(BaseModel):
         for key in ("optimizer", "lr_schedule"):
             if ":" in getattr(self, key):
                 named[key] = getattr(self, key)
-        if ":" in self.dataset and not self.dataset.startswith("shards:"):
+        if ":" in self.dataset and shards_path(self.dataset) is None:
             named["dataset"] = self.dataset
         return {f"training.{k}": v for k, v in named.items() if v is not None}
 

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from training.data._shards import ShardError, check_shards, shards_path
+
 
 @dataclass(frozen=True)
 class Dataset:
@@ -220,8 +222,9 @@ def check_dataset_name(name: str) -> None:
     ``module:function`` path."""
     if name in DATASETS:
         return
-    if name.startswith("shards:"):
-        if len(name) > len("shards:"):
+    root = shards_path(name)
+    if root is not None:
+        if root:
             return
         raise ValueError("dataset 'shards:' names no directory: 'shards:PATH' (a directory "
                          "`search data pack` wrote)")
@@ -250,11 +253,10 @@ def check_dataset_loads(name: str, env: dict[str, str] | None = None) -> None:
     use MPI, which this process must not join).
     """
     check_dataset_name(name)
-    if name.startswith("shards:"):
-        from training.data._shards import ShardError, check_shards
-
+    root = shards_path(name)
+    if root is not None:
         try:
-            check_shards(name[len("shards:"):])
+            check_shards(root)
         except ShardError as exc:
             raise ValueError(str(exc)) from None
         return

@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader, Sampler, default_collate
 from training._config import TrainConfig
 from training.data._cache import NodeCache
 from training.data._datasets import DATASETS, Dataset
+from training.data._sampling import EpochOrder
 from training.data._shards import SPLITS, ShardError, ShardSet, check_shards, shards_path
 from training.plugins import DataInfo, PluginError, TorchDatasets, resolve
 
@@ -189,8 +190,7 @@ def _from_shards(root: str, config: TrainConfig) -> TrainData:
     info = DataInfo(
         input_shape=tuple(index["x"]["shape"]),
         n_classes=index["n_classes"] if config.task == "classification" else None,
-        n_targets=int(np.prod(y)) if y and config.task == "regression" else (
-            1 if config.task == "regression" else None),
+        n_targets=(int(np.prod(y)) if y else 1) if config.task == "regression" else None,
         task=config.task, n_train=len(sets["train"]))
     return TrainData(info, sets["train"], sets["val"], sets.get("test"))
 
@@ -224,7 +224,7 @@ class ClaimedBatches(Sampler[list[int]]):
                  arrays: bool = False, order: Any = None) -> None:
         self.n, self.seed, self.claims, self.arrays = n, seed, claims, arrays
         self.local = max(1, -(-batch_size // claims.comm.size))  # rows per claimed batch
-        self.order = order
+        self.orders = EpochOrder(n, seed, order=order)
         self.epoch = 1
         self.set_range(0, n)
 
@@ -239,10 +239,7 @@ class ClaimedBatches(Sampler[list[int]]):
         return self.batches  # an upper bound: this rank takes some of them
 
     def __iter__(self) -> Iterator[list[int]]:
-        if self.order is not None:
-            order = self.order(self.seed, self.epoch)
-        else:
-            order = np.random.default_rng([self.seed, self.epoch]).permutation(self.n)
+        order = self.orders(self.epoch)
         while (i := self.claims.claim(self.batches)) is not None:
             first = self.start + i * self.local
             rows = order[first : min(first + self.local, self.stop)]

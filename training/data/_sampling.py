@@ -26,6 +26,29 @@ import numpy as np
 from torch.utils.data import Sampler
 
 
+class EpochOrder:
+    """The one order of an epoch's samples, the same on every rank: the dataset's own
+    (``order(seed, epoch)``: record shards), else a permutation by (seed, epoch), else (no
+    ``shuffle``) in order. Kept for the epoch last asked: the parts of an epoch between
+    checkpoints each ask again, and record shards start their cache prefetch when asked."""
+
+    def __init__(self, n: int, seed: int, *, shuffle: bool = True,
+                 order: Callable[[int, int], np.ndarray] | None = None) -> None:
+        self.n, self.seed, self.shuffle, self.order = n, seed, shuffle, order
+        self._last: tuple[int, np.ndarray] | None = None
+
+    def __call__(self, epoch: int) -> np.ndarray:
+        if self._last is None or self._last[0] != epoch:
+            if self.order is not None:
+                rows = self.order(self.seed, epoch)
+            elif self.shuffle:
+                rows = np.random.default_rng([self.seed, epoch]).permutation(self.n)
+            else:
+                rows = np.arange(self.n)
+            self._last = (epoch, rows)
+        return self._last[1]
+
+
 class GlobalBatchSlices(Sampler[list[int]]):
     """This rank's slice of every global batch of each epoch: a ``batch_sampler`` for a
     ``DataLoader``. ``arrays``: yield index arrays (in-memory sets) instead of lists.
@@ -69,7 +92,7 @@ class GlobalBatchSlices(Sampler[list[int]]):
         self.seed = seed
         self.epoch = epoch
         self.arrays = arrays
-        self.order = order
+        self.orders = EpochOrder(n, seed, shuffle=shuffle, order=order)
         self.start, self.stop = 0, n
         self.bounds = self._bounds()
 
@@ -99,14 +122,6 @@ class GlobalBatchSlices(Sampler[list[int]]):
         """Global batches of the epoch before this range."""
         return self.start // self.batch_size
 
-    def epoch_order(self, epoch: int) -> np.ndarray:
-        """The epoch's order of all samples, the same on every rank."""
-        if self.order is not None:
-            return self.order(self.seed, epoch)
-        if self.shuffle:
-            return np.random.default_rng([self.seed, epoch]).permutation(self.n)
-        return np.arange(self.n)
-
     def __len__(self) -> int:
         return len(self.bounds)
 
@@ -118,7 +133,7 @@ class GlobalBatchSlices(Sampler[list[int]]):
     def __iter__(self) -> Iterator[Any]:
         epoch = self.epoch
         self.epoch += 1  # the next pass is the next epoch, unless set_epoch says otherwise
-        order = self.epoch_order(epoch)
+        order = self.orders(epoch)
         for start, stop in self.bounds:
             rows = order[start:stop][self.rank :: self.size]
             yield rows if self.arrays else rows.tolist()

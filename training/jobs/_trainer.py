@@ -224,7 +224,7 @@ class Trainer:
         the epoch (``[checkpoints] every_steps`` global batches; never inside the last one)."""
         n, b = self.n_train, self.config.batch_size
         plan = self.checkpointer.plan if self.checkpointer is not None else None
-        every = getattr(plan, "every_steps", 0) * b
+        every = plan.every_steps * b if plan is not None else 0
         cuts = [] if not every or self.config.algorithm == "batch" else [
             c for c in range(every, ((n - 1) // b) * b, every) if c > start]
         edges = [start, *cuts, n]
