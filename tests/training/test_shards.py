@@ -46,7 +46,7 @@ def test_the_pack_holds_every_sample_of_the_source_once_with_its_label(packed: P
 
 def test_rows_come_back_in_the_order_asked_across_shards(packed: Path) -> None:
     train = ShardSet(packed, "train")
-    rows = np.asarray([700, 3, 150, 3, 1000])
+    rows = np.asarray([700, 3, 150, 3, 1000, 40, 10, 70])  # 40, 10, 70: one shard
     x, y = train.__getitems__(rows)
     for i, r in enumerate(rows):
         one_x, one_y = train[int(r)]
