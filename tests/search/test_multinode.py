@@ -96,7 +96,8 @@ def _train(tmp: Path, name: str, launcher: str, ranks: int, hosts: int,
         launcher=launcher, env={"SLURM_CONF": NODES_CONF, **_STUDY_ENV},
         weights_path=str(tmp / f"{name}.pt"), timeout_s=180, report=False)
     result = run_trial(spec)
-    assert result["state"] == "complete" and result["values"]["val_accuracy"] > 0.6, result
+    assert result["state"] == "complete" and result["values"]["val_accuracy"] > 0.6, (
+        result["exit_reason"], result.get("log", "")[-6000:])
     assert len(result["hosts"]) == hosts, result["hosts"]
     return torch.load(spec.weights_path)
 

@@ -96,6 +96,15 @@ def test_trial_timeout_kills_the_job_and_says_so() -> None:
     assert time.monotonic() - started < 20
 
 
+def test_a_hung_trial_leaves_each_ranks_stack_in_its_log() -> None:
+    # Shortly before the launcher's deadline (0.2 x 15 s here) every rank prints where it is.
+    result = run_trial({"config": {"dataset": "digits", "epochs": 5000, "ranks": 2},
+                        "timeout_s": 15})
+    assert result["exit_reason"].startswith("trial timeout"), result["exit_reason"]
+    assert result["log"].count("Timeout (0:00:12)!") == 2, result["log"][-3000:]
+    assert "training/jobs/_trainer.py" in result["log"]
+
+
 def test_a_diverging_run_stops_and_says_so() -> None:
     result = run_trial({"config": {"dataset": "digits", "epochs": 50, "ranks": 2, "lr": 1e8,
                                    "momentum": 0.0}})

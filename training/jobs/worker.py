@@ -6,6 +6,7 @@ An exception on any rank aborts the whole job, so no rank is left waiting.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import sys
@@ -69,7 +70,14 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m training.jobs.worker SPEC.json", file=sys.stderr)
         return 2
     with open(args[0]) as f:
-        return run(json.load(f))
+        spec_data = json.load(f)
+    timeout_s = spec_data.get("timeout_s")
+    if timeout_s:  # a hung rank says where it hangs, in the log, before the launcher kills it
+        faulthandler.dump_traceback_later(timeout_s - min(10.0, 0.2 * timeout_s))
+    try:
+        return run(spec_data)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 def _exit_now(code: int) -> None:

@@ -176,8 +176,8 @@ def run_trial(
         }
     if never_started:
         pass
-    elif stopped:
-        result = {"state": "failed", "exit_reason": stopped}
+    elif stopped:  # with what the job printed (a rank near the timeout prints its stack)
+        result = {"state": "failed", "exit_reason": stopped, "log": output[-LOG_LIMIT:]}
     elif proc.returncode != 0 and result.get("state") != "failed":
         if errors:  # the first failing rank's error, even when Abort cut its output
             output = "\n".join([output, *(e.get("traceback", "") for e in errors)])
