@@ -7,7 +7,8 @@ trial message's ``spec.own_loop["params"]["do"]`` says what it does: ``complete`
 nothing written), ``hang`` (never replies), ``close`` (closes the socket, exits 0), ``linger``
 (closes the socket and goes on running), ``split`` (replies in two pieces, 0.2 s apart). A reply
 says which environment variable ``FAKE_POOL_TAG`` the job got and its parent's pid (argv[-1]);
-``retire`` is in a reply only when it is true, as rank 0 of the real pool writes it; ``raise``
+``FAKE_POOL_STUCK_ONCE=FILE``: the first job (the one that creates FILE, with its pid) hangs
+before connecting, as a job stuck in MPI_Init. ``retire`` is in a reply only when it is true, as rank 0 of the real pool writes it; ``raise``
 replies a failed trial with its traceback, as rank 0 does for an exception in the trial."""
 
 import json
@@ -20,6 +21,16 @@ path = sys.argv[-2]
 if os.environ.get("FAKE_POOL_NEVER_CONNECTS"):
     print("fake pool: failed before MPI_Init", flush=True)
     sys.exit(4)
+stuck = os.environ.get("FAKE_POOL_STUCK_ONCE")  # a file: the first job writes its pid, hangs
+if stuck:
+    try:
+        with open(stuck, "x") as f:
+            f.write(str(os.getpid()))
+    except FileExistsError:
+        pass
+    else:
+        print("fake pool: stuck before MPI_Init", flush=True)
+        time.sleep(600)
 conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 conn.connect(path)
 buffer = b""

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import pytest
 
+import training.launch._line as _line
 from training.launch import LauncherNotFound, launcher_argv, run_trial
 
 pytestmark = pytest.mark.mpi
@@ -85,6 +88,23 @@ def test_a_job_that_never_gets_through_mpi_init_fails_after_three_launches(warm:
     assert "3 times" in result["exit_reason"]
     assert len(result["launch_failures"]) == 3
     assert time.monotonic() - started < 60
+
+
+def test_a_job_stuck_before_mpi_init_is_killed_and_launched_again(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # The first launch hangs before its ranks start (as a PMI exchange that never completes);
+    # the second is a real one.
+    monkeypatch.setattr(_line, "START_TIMEOUT_S", 8.0)
+    stuck = tmp_path / "stuck"
+    line = (f"sh -c 'if [ ! -e {stuck} ]; then echo $$ > {stuck}; exec sleep 600; fi; "
+            f"exec \"$@\"' sh {_mpiexec()} -n {{ranks}}")
+    result = run_trial({"config": {"dataset": "digits", "epochs": 1, "ranks": 2},
+                        "launcher": line, "timeout_s": 60})
+    assert result["state"] == "complete", result["exit_reason"]
+    (failure,) = result["launch_failures"]
+    assert failure.startswith("start timeout: the ranks were not all through MPI_Init"), failure
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(stuck.read_text()), 0)  # the stuck launch killed, nothing left behind
 
 
 def test_trial_timeout_kills_the_job_and_says_so() -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+import training.launch._line as _line
 import training.launch._warm_pool as wp
 from training._spec import TrialSpec
 from training.launch import TRIAL_CORES_ENV
@@ -102,10 +103,26 @@ def test_a_pool_that_never_connects_is_started_again_then_fails_naming_the_attem
     result = _run("complete")
     assert result["state"] == "failed"
     assert result["exit_reason"].startswith(
-        f"MPI job failed to start: the warm pool ended before all 1 ranks got through "
-        f"MPI_Init, {wp.LAUNCH_ATTEMPTS} times\n")
+        f"MPI job failed to start: not all 1 ranks of the warm pool got through MPI_Init (it "
+        f"ended or was stuck), {wp.LAUNCH_ATTEMPTS} times\n")
     assert len(result["launch_failures"]) == wp.LAUNCH_ATTEMPTS
     assert all("failed before MPI_Init" in f for f in result["launch_failures"])
+
+
+def test_a_pool_stuck_before_mpi_init_is_killed_and_started_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    monkeypatch.setattr(_line, "START_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(wp, "LAUNCH_RETRY_WAIT_S", 0.0)
+    monkeypatch.setenv("FAKE_POOL_STUCK_ONCE", str(tmp_path / "stuck"))
+    result = _run("complete")
+    assert result["state"] == "complete" and result["n"] == 1, result
+    (failure,) = result["launch_failures"]
+    assert failure.startswith("start timeout: the ranks were not all through MPI_Init after 1 s "
+                              "(DETOL_START_TIMEOUT_S=1), MPI job killed"), failure
+    stuck_pid = int((tmp_path / "stuck").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(stuck_pid, 0)  # killed and reaped: nothing left behind
 
 
 def test_a_launcher_that_is_not_there_is_one_line() -> None:

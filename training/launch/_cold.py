@@ -27,6 +27,7 @@ from training.launch._line import (
     LAUNCH_RETRY_WAIT_S,
     LOG_LIMIT,
     LauncherNotFound,
+    StartWatch,
     die_with_parent,
     end_job,
     failed_job,
@@ -71,10 +72,13 @@ def _run_job(
     deadline: float | None,
     should_stop: Callable[[], bool] | None,
     timeout_s: float | None,
-) -> tuple[subprocess.Popen[bytes], str]:
-    """Run the MPI job until it ends, its deadline passes or ``should_stop()``; the process and
-    why it was stopped ("" when it ended by itself)."""
+    started_path: str,
+) -> tuple[subprocess.Popen[bytes], str, bool]:
+    """Run the MPI job until it ends, its deadline passes, ``should_stop()`` or it is stuck
+    before its ranks are through MPI_Init (``started_path`` not written in time); the process,
+    why it was stopped ("" when it ended by itself) and whether it was stuck starting."""
     stopped = ""
+    watch = StartWatch(time.time())
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             argv,
@@ -92,7 +96,12 @@ def _run_job(
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-                return proc, ""
+                return proc, "", False
+            if not os.path.exists(started_path):  # not through MPI_Init yet: stuck there?
+                hung = watch.stuck(log_path.read_text(errors="replace"))
+                if hung:
+                    _kill_group(proc, argv)
+                    return proc, hung, True
             if deadline is not None and time.time() > deadline:
                 stopped = f"trial timeout: still running after {timeout_s:g} s, MPI job killed"
             elif should_stop is not None and should_stop():
@@ -101,7 +110,7 @@ def _run_job(
                 stopped = still_queued(log_path.read_text(errors="replace"), started)
             if stopped:
                 _kill_group(proc, argv)
-                return proc, stopped
+                return proc, stopped, False
 
 
 def _rank_errors(directory: Path) -> list[dict[str, Any]]:
@@ -113,6 +122,11 @@ def _rank_errors(directory: Path) -> list[dict[str, Any]]:
         except (OSError, ValueError):
             continue
     return [error for _, error in sorted(found, key=lambda item: item[0])]
+
+
+def _start_failure(proc: subprocess.Popen[bytes], stopped: str, output: str) -> str:
+    """One line of ``launch_failures``: how a launch that never started the trial ended."""
+    return f"{stopped or f'exit {proc.returncode}'}: {first_error(output) or tail(output)}"
 
 
 def run_trial(
@@ -145,32 +159,32 @@ def run_trial(
         log_path = Path(tmp) / "output.log"
         start_failures: list[str] = []
         while True:
-            proc, stopped = _run_job(argv, env, log_path, started, deadline, should_stop,
-                                     spec.timeout_s)
+            proc, stopped, hung = _run_job(argv, env, log_path, started, deadline, should_stop,
+                                           spec.timeout_s, started_marker(result_path))
             output = log_path.read_text(errors="replace")
             result: dict[str, Any] = {}
             if os.path.exists(result_path):
                 with open(result_path) as f:
                     result = json.load(f)
             errors = _rank_errors(Path(tmp))
-            never_started = (
+            never_started = hung or (
                 not stopped and proc.returncode != 0 and not result and not errors
                 and not os.path.exists(started_marker(result_path))
             )
             if not never_started or len(start_failures) + 1 >= LAUNCH_ATTEMPTS:
                 break
-            # The job died before every rank got through MPI_Init (a transport that failed to
-            # come up, a launcher hiccup): nothing of the trial ran, so launch it again.
-            start_failures.append(f"exit {proc.returncode}: {first_error(output) or tail(output)}")
+            # The job died or hung before every rank got through MPI_Init (a transport that
+            # failed to come up, a launcher hiccup): nothing of the trial ran, so launch it again.
+            start_failures.append(_start_failure(proc, stopped, output))
             time.sleep(LAUNCH_RETRY_WAIT_S)
     wall = time.time() - started
     if never_started:
-        start_failures.append(f"exit {proc.returncode}: {first_error(output) or tail(output)}")
+        start_failures.append(_start_failure(proc, stopped, output))
         result = {
             "state": "failed",
             "exit_reason": (
-                f"MPI job failed to start: it ended before all {config.ranks} ranks got through "
-                f"MPI_Init, {len(start_failures)} times\n{tail(output)}"
+                f"MPI job failed to start: not all {config.ranks} ranks got through MPI_Init "
+                f"(it ended or was stuck), {len(start_failures)} times\n{tail(output)}"
             ),
             "log": output[-LOG_LIMIT:],
         }

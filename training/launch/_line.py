@@ -210,25 +210,60 @@ def end_job(proc: subprocess.Popen[bytes], argv: Sequence[str]) -> None:
     proc.wait()
 
 
+def _waiting(output: str) -> tuple[str, str] | None:
+    """("step" or "queue", the job id) while ``srun`` waits for resources, else None."""
+    step = _STEP_WAIT.search(output)
+    if step is not None and "Step created" not in output[step.end():]:
+        return "step", step.group(1)
+    match = _QUEUED.search(output)
+    if match is None or "has been allocated resources" in output[match.end():]:
+        return None
+    return "queue", match.group(1)
+
+
 def still_queued(output: str, since: float, *, now: float | None = None) -> str:
     """The reason to give up on a job whose ``srun`` has waited for resources longer than
     :data:`QUEUE_WAIT_S` (``DETOL_QUEUE_WAIT_S``) since ``since``; empty while it may wait."""
     waited = (time.time() if now is None else now) - since
-    step = _STEP_WAIT.search(output)
-    if step is not None and "Step created" not in output[step.end():]:
-        if waited <= QUEUE_WAIT_S:
-            return ""
-        return (f"srun: Job {step.group(1)} step creation still disabled after {waited:.0f} s "
+    waiting = _waiting(output)
+    if waiting is None or waited <= QUEUE_WAIT_S:
+        return ""
+    kind, job = waiting
+    if kind == "step":
+        return (f"srun: Job {job} step creation still disabled after {waited:.0f} s "
                 f"(DETOL_QUEUE_WAIT_S={QUEUE_WAIT_S:g}): an earlier step of the allocation "
                 "holds its nodes (a node lost and back before SLURM noticed?); job cancelled")
-    match = _QUEUED.search(output)
-    if match is None or "has been allocated resources" in output[match.end():]:
-        return ""
-    if waited <= QUEUE_WAIT_S:
-        return ""
-    return (f"srun: job {match.group(1)} still waiting for resources after {waited:.0f} s "
+    return (f"srun: job {job} still waiting for resources after {waited:.0f} s "
             f"(DETOL_QUEUE_WAIT_S={QUEUE_WAIT_S:g}): the allocation cannot hold this trial's "
             "ranks now (squeue shows why); job cancelled")
+
+
+# A job whose ranks are not all through MPI_Init this long after its launcher got its
+# resources is stuck there (SLURM 22.05's pmi2 plugin now and then misreads a long PMI-1 "put"
+# of the mpich wheel's start-up exchange, "value not properly terminated in client request",
+# and every rank then waits for ever): it is killed and launched again, as one that died.
+START_TIMEOUT_S = float(os.environ.get("DETOL_START_TIMEOUT_S", "90"))
+
+
+class StartWatch:
+    """Whether a launch is stuck before its ranks are all through MPI_Init: more than
+    :data:`START_TIMEOUT_S` (``DETOL_START_TIMEOUT_S``) since ``since``, time that ``srun``
+    spends waiting for resources not counted (:func:`still_queued` judges that wait)."""
+
+    def __init__(self, since: float) -> None:
+        self.since = since
+
+    def stuck(self, output: str, *, now: float | None = None) -> str:
+        """The reason to kill and relaunch the job; empty while it may still start."""
+        now = time.time() if now is None else now
+        if _waiting(output) is not None:
+            self.since = now
+            return ""
+        if now - self.since <= START_TIMEOUT_S:
+            return ""
+        return (f"start timeout: the ranks were not all through MPI_Init after "
+                f"{now - self.since:.0f} s (DETOL_START_TIMEOUT_S={START_TIMEOUT_S:g}), MPI job "
+                "killed")
 
 
 LOG_LIMIT = 1_000_000  # characters of a failed job's output kept for its log file

@@ -53,6 +53,7 @@ from training.launch._line import (
     LAUNCH_RETRY_WAIT_S,
     LOG_LIMIT,
     LauncherNotFound,
+    StartWatch,
     die_with_parent,
     end_job,
     failed_job,
@@ -92,6 +93,7 @@ class WarmPool:
         self._buffer = b""
         self._log: Any = None
         self._started = 0.0
+        self._watch = StartWatch(0.0)
         # The job ended before rank 0 connected: its ranks never got through MPI_Init (and the
         # collective Dup after it), so no trial ran on it (run_warm_trial starts another).
         self.never_started = False
@@ -118,6 +120,7 @@ class WarmPool:
         self._listener.listen(1)
         self._log = open(self._dir / "output.log", "ab")  # noqa: SIM115 - lives with the pool
         self._started = time.time()
+        self._watch = StartWatch(self._started)
         self.proc = subprocess.Popen(
             [*self.argv, path, str(os.getpid())],
             stdin=subprocess.DEVNULL,
@@ -193,6 +196,9 @@ class WarmPool:
                     stopped = "cancelled: the trial was stopped from outside, MPI job killed"
                 elif self._conn is None and os.path.basename(self.launcher[0]) == "srun":
                     stopped = still_queued(self._output(), self._started)
+                if not stopped and self._conn is None:  # stuck before MPI_Init is through?
+                    stopped = self._watch.stuck(self._output())
+                    self.never_started = bool(stopped) and self.trials_served == 0
                 if stopped:
                     log = self._trial_log()
                     self.kill()
@@ -379,8 +385,9 @@ def run_warm_trial(
                               f"{first_error(log) or tail(log)}")
         if len(start_failures) >= LAUNCH_ATTEMPTS:
             result = {**result, "exit_reason": (
-                f"MPI job failed to start: the warm pool ended before all {pool_ranks} ranks got "
-                f"through MPI_Init, {len(start_failures)} times\n{result.get('exit_reason', '')}")}
+                f"MPI job failed to start: not all {pool_ranks} ranks of the warm pool got "
+                f"through MPI_Init (it ended or was stuck), {len(start_failures)} times\n"
+                f"{result.get('exit_reason', '')}")}
             break
         time.sleep(LAUNCH_RETRY_WAIT_S)
     if start_failures:
