@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from training.launch._line import QUEUE_WAIT_S, end_job, still_queued
+from training.launch._line import QUEUE_WAIT_S, START_TIMEOUT_S, StartWatch, end_job, still_queued
 
 
 def test_srun_gets_sigterm_before_the_group_is_killed(tmp_path: Path) -> None:
@@ -32,3 +32,15 @@ def test_a_job_queued_too_long_is_given_up_with_its_reason() -> None:
     allocated = queued + "srun: job 42 has been allocated resources\n"
     assert still_queued(allocated, since=0.0, now=1e9) == ""
     assert still_queued("rank output\n", since=0.0, now=1e9) == ""
+
+
+@pytest.mark.unit
+def test_the_start_watch_does_not_count_time_queued_for_resources() -> None:
+    watch = StartWatch(0.0)
+    queued = "srun: job 7 queued and waiting for resources\n"
+    assert watch.stuck(queued, now=500.0) == ""  # still waiting: the start clock restarts
+    allocated = queued + "srun: job 7 has been allocated resources\n"
+    assert watch.stuck(allocated, now=500.0 + START_TIMEOUT_S - 1) == ""
+    reason = watch.stuck(allocated, now=500.0 + START_TIMEOUT_S + 1)
+    assert reason.startswith(f"start timeout: the ranks were not all through MPI_Init after "
+                             f"{START_TIMEOUT_S + 1:.0f} s"), reason
