@@ -98,6 +98,8 @@ def trial_rows(storage: str, study_name: str, metric: str) -> tuple[list[dict[st
         rows.append({"trial": t.number, "params": t.params, "state": t.state.name.lower(),
                      "curve": curve, "epoch_s": epoch_s,
                      "start_s": t.user_attrs.get("launch_overhead_s"),
+                     # a warm pool started for this trial: its start is the pool's, once
+                     "cold": bool((t.user_attrs.get("pool") or {}).get("fresh", True)),
                      "exit_reason": t.user_attrs.get("exit_reason", "")})
         distributions.update({k: optuna.distributions.distribution_to_json(d)
                               for k, d in t.distributions.items()})

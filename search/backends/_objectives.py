@@ -24,7 +24,9 @@ table's training time (see :mod:`search.simulated._nb201`). ``objective = "simul
 synthetic workload on the same clock: heavy-tailed durations, failures, lost workers,
 stragglers and a learning curve per epoch (see :mod:`search.simulated._workload`).
 ``objective = "flat:kc1"`` looks a flat configuration up in an HPOLib or HPOBench-nn table (see
-:mod:`search.simulated._flat`).
+:mod:`search.simulated._flat`). ``objective = "curves:PATH"`` replays the recorded run of the
+nearest configuration of a learning-curve table, epoch by epoch (see
+:mod:`search.simulated._curves`, docs/anytime.md).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ BENCHMARKS: dict[str, str] = {
     "nb201": "search.simulated._nb201",
     "simulated": "search.simulated._workload",
     "flat": "search.simulated._flat",
+    "curves": "search.simulated._curves",
 }
 OWN_LOOP = "mpi"  # objective = "mpi:package.module:train": train(session) on MPI ranks
 
@@ -166,7 +169,10 @@ def run_function_trial(task: dict[str, Any]) -> dict[str, Any]:
         prefix, _, rest = objective.partition(":")
         if prefix in BENCHMARKS:
             module = importlib.import_module(BENCHMARKS[prefix])
-            answer = module.evaluate(params, dataset=rest, noise_seed=task["noise_seed"])
+            extra = ({"trial_params": task["trial_params"]} if "trial_params" in task and
+                     "trial_params" in inspect.signature(module.evaluate).parameters else {})
+            answer = module.evaluate(params, dataset=rest, noise_seed=task["noise_seed"],
+                                     **extra)
             result = {"state": "complete", **answer}
         else:
             fn = resolve(objective)

@@ -74,6 +74,7 @@ from search.storage._checkpoint_store import fix_store
 from search.strategies._registry import pruner_spec
 from search.studyfile._study_file import StudyFile
 from training.contract import (
+    CHECKPOINT_ATTR,
     SINGLE_NODE_ENV,
     TrialSpec,
     build_pruner,
@@ -151,7 +152,8 @@ class Driver:
         # on it, and the running trials' events in the order they happen.
         self.clock = clock if clock is not None else default_clock(sf.objective)
         self.events = EventQueue(
-            study=study, clock=self.clock, fetch=fetch_result, lost=lost_result
+            study=study, clock=self.clock, fetch=fetch_result, lost=lost_result,
+            checkpoint_attr=CHECKPOINT_ATTR,
         )
 
     @property
@@ -262,9 +264,16 @@ class Driver:
             return None
         if params.get("genome") is not None:
             record_genome(trial, params["genome"])
+        attrs = trial.user_attrs
+        # On the simulated clock a promoted paused trial goes on from its stand-in checkpoint
+        # (search.simulated._clock): its curve so far is its parent's, as for a real trial.
+        resume = attrs.get(RESUME_FROM_ATTR) if self.simulated else None
+        if resume is not None:
+            continue_curve(self.study, trial, resume, len(self.sf.objectives) > 1)
         task = {
             "objective": self.sf.objective,
             "params": params,
+            "trial_params": dict(trial.params),  # Optuna's flat form (a genome's too)
             "objectives": self.sf.objectives,
             "study_name": self.study.study_name,
             "storage_url": self.storage_url,
@@ -284,7 +293,10 @@ class Driver:
         self._watch(future)
         self.on_event("started", trial, counts, None)
         start = self.clock.serve() if self.simulated else 0.0  # the driver's work is charged
-        return future, Running(trial, 1, sim_start=start)
+        return future, Running(
+            trial, 1, sim_start=start, continuation=RESUME_OF_ATTR in attrs,
+            resumed_epoch=int(resume["epoch"]) if resume is not None else 0,
+            carried={key: float(attrs.get(key, 0)) for key in LINEAGE_TOTALS})
 
     def _affinity(self, attrs: dict[str, Any], spec: TrialSpec) -> dict[str, Any]:
         """A continuation on warm pools goes back to the Dask worker that ran its parent when
@@ -536,7 +548,9 @@ class Driver:
         start = last_beat = time.monotonic()
         try:
             while True:
-                out_of_time = timeout is not None and time.monotonic() - start > timeout
+                # On a benchmark's simulated clock the budget is simulated seconds.
+                elapsed = self.sim_clock if self.simulated else time.monotonic() - start
+                out_of_time = timeout is not None and elapsed > timeout
                 if not out_of_time:
                     self._fill(running, counts, concurrency=concurrency, trials=trials)
                 if not running:

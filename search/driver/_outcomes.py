@@ -31,6 +31,7 @@ RESULT_ATTRS = (
     "pruned_units",  # [training] prune: {"groups": {layer: [dense, final]}, "left_alone": [..]}
     "test_accuracy",
     "launch_overhead_s",
+    "pool",  # a warm pool's {"pid", "trial": trials it served, "fresh": started for this one}
     "command",
     "history",
     "counters",

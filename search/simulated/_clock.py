@@ -113,8 +113,9 @@ class _Pending:
     run: Any  # the driver's _Running
     result: dict[str, Any]
     curve: list[float]
-    epoch_s: float
+    ends: list[float]  # after sim_start, when each epoch from resumed + 1 on is reported
     end: float
+    resumed: int = 0  # a continuation's checkpoint epoch: it reports the epochs after it
     reported: int = 0
 
 
@@ -135,8 +136,10 @@ class EventQueue:
         clock: SimClock,
         fetch: Callable[[Any], Result],
         lost: Callable[[BaseException], Result],
+        checkpoint_attr: str = "detol:checkpoint",
     ) -> None:
         self.study = study
+        self.checkpoint_attr = checkpoint_attr  # a paused trial's stand-in checkpoint
         self.clock = clock
         self.fetch = fetch
         self.lost = lost
@@ -155,7 +158,19 @@ class EventQueue:
         curve = [float(v) for v in result.pop("curve", None) or []]
         lost_at = result.pop("lost_at_s", None)
         epochs = len(curve)
-        epoch_s = float(result.pop("sim_epoch_s", None) or (duration / epochs if epochs else 0))
+        per = result.pop("sim_epoch_s", None)
+        lead = float(result.pop("sim_start_s", None) or 0.0)
+        # A continuation (a promoted paused trial) trains the epochs after its checkpoint only.
+        resumed = min(int(getattr(run, "resumed_epoch", 0) or 0), epochs)
+        if isinstance(per, list):  # each epoch's own seconds (a learning-curve table)
+            ends = list(itertools.accumulate(float(s) for s in per[resumed:epochs]))
+            ends = [lead + e for e in ends]
+        else:
+            epoch_s = float(per or (duration / epochs if epochs else 0))
+            ends = [lead + (k + 1) * epoch_s for k in range(epochs - resumed)]
+        if resumed or isinstance(per, list):
+            duration = ends[-1] if ends else lead
+            result["sim_time_s"] = duration
         if lost_at is not None:  # the worker disappears at lost_at: no answer comes back
             address = f"sim-worker-{run.trial.number}"
             # The trial's name, not the future's key (which names the driver object, a random
@@ -164,14 +179,14 @@ class EventQueue:
             exc = _killed_worker(name, address)
             result = {**self.lost(exc), "sim_time_s": float(lost_at)}
             duration = float(lost_at)
-        pending = _Pending(run, result, curve, epoch_s, run.sim_start + duration)
+        pending = _Pending(run, result, curve, ends, run.sim_start + duration, resumed, resumed)
         self._pending[future] = pending
         self._schedule(future, pending)
 
     def _schedule(self, future: Any, p: _Pending) -> None:
         nxt = p.reported + 1
-        if self._reports and nxt <= len(p.curve) and p.run.sim_start + nxt * p.epoch_s <= p.end:
-            at = p.run.sim_start + nxt * p.epoch_s
+        at = p.run.sim_start + p.ends[nxt - p.resumed - 1] if nxt <= len(p.curve) else math.inf
+        if self._reports and at <= p.end:
             heapq.heappush(self._heap, (at, _EPOCH, next(self._seq), future))
         else:
             heapq.heappush(self._heap, (p.end, _END, next(self._seq), future))
@@ -196,7 +211,13 @@ class EventQueue:
                 trial: optuna.Trial = p.run.trial
                 trial.report(p.curve[p.reported - 1], step=p.reported)
                 if trial.should_prune():  # the study's pruner, at this simulated moment
-                    p.result = _pruned(p.result, p.reported, at - p.run.sim_start)
+                    # A pruner that pauses (pause-and-promote) pauses, as a real trial's rank
+                    # 0 does: a checkpoint stands in for the one it would have written.
+                    pauses = getattr(self.study.pruner, "pauses", False)
+                    p.result = _pruned(p.result, p.reported, p.resumed, at - p.run.sim_start,
+                                       {self.checkpoint_attr: {
+                                           "id": f"simulated-{trial.number}",
+                                           "epoch": p.reported}} if pauses else None)
                     p.end = at
                     heapq.heappush(self._heap, (at, _END, next(self._seq), future))
                 else:
@@ -207,10 +228,16 @@ class EventQueue:
             return future, running.pop(future), p.result
 
 
-def _pruned(result: Result, epochs: int, ran_s: float) -> Result:
+def _pruned(result: Result, epochs: int, resumed: int, ran_s: float,
+            checkpoint: dict[str, Any] | None) -> Result:
+    """A trial stopped after epoch ``epochs`` (it resumed after epoch ``resumed``); paused when
+    it has a ``checkpoint`` (its trial attribute)."""
     out = {k: v for k, v in result.items() if k != "values"}
-    return {**out, "state": "pruned", "exit_reason": f"pruned after step {epochs}",
-            "sim_time_s": ran_s, "epochs_run": epochs}
+    stopped = {"sim_time_s": ran_s, "epochs_run": epochs - resumed, "start_epoch": resumed + 1}
+    if checkpoint is None:
+        return {**out, **stopped, "state": "pruned", "exit_reason": f"pruned after step {epochs}"}
+    return {**out, **stopped, "state": "paused", "exit_reason": f"paused after epoch {epochs}",
+            "user_attrs": {**(out.get("user_attrs") or {}), **checkpoint}}
 
 
 def _killed_worker(key: str, address: str) -> BaseException:

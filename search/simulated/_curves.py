@@ -17,11 +17,14 @@ that says how it was made, followed by one line per trial::
      "torch": "2.13.0", "distributions": {param: Optuna's JSON form}}
     {"chunk": 3, "trial": 7, "params": {...Optuna's params...}, "state": "complete",
      "curve": [metric after epoch 1, 2, ...], "epoch_s": [seconds of epoch 1, 2, ...],
-     "start_s": seconds from submission to the first step, "exit_reason": "..."}
+     "start_s": seconds from submission to the first step, "cold": true when a warm pool (or
+     a cold MPI job) was started for it, "exit_reason": "..."}
 
 ``curve`` is shorter than ``epochs`` for a trial that failed (a run that diverged: its last
 value is the last epoch it reported). ``epoch_s[k]`` is the measured wall time of epoch ``k + 1``
-on the recording's ranks, validation included.
+on the recording's ranks, validation included. A replay charges a trial the start of a warm
+pool's trial: a ``cold`` row's ``start_s`` (a pool's start: imports, ``MPI_Init``) is read as the
+median ``start_s`` of the warm rows.
 
 >>> import tempfile, os
 >>> path = os.path.join(tempfile.mkdtemp(), "t.jsonl.gz")
@@ -124,6 +127,7 @@ def load_table(path: str) -> CurveTable:
                        direction=head["direction"], epochs=int(head["epochs"]),
                        study=head.get("study", ""), chunks=[], params=[], curves=[], epoch_s=[],
                        start_s=[], states=[])
+    cold: list[bool] = []
     for line in lines[1:]:
         if "trial" not in line:  # a chunk's line: how it was recorded
             table.chunks.append(line)
@@ -137,4 +141,112 @@ def load_table(path: str) -> CurveTable:
         table.epoch_s.append([float(v) for v in line["epoch_s"]])
         table.start_s.append(float(line.get("start_s") or 0.0))
         table.states.append(line["state"])
+        cold.append(bool(line.get("cold", False)))
+    warm = sorted(s for s, c in zip(table.start_s, cold, strict=True) if not c)
+    if warm:
+        table.start_s = [warm[len(warm) // 2] if c else s
+                         for s, c in zip(table.start_s, cold, strict=True)]
     return table
+
+
+# --- objective = "curves:PATH": a trial answered by the table's nearest configuration --------
+
+
+class DivergedRun(RuntimeError):
+    """A recorded configuration whose run failed (diverged) before its last epoch; ``partial``
+    is what it did until then (time, curve), as a real trial's failure reports it."""
+
+    def __init__(self, message: str, partial: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.partial = partial
+
+
+def check_name(path: str) -> None:
+    """ValueError (one line) unless ``path`` is a readable table."""
+    if not os.path.isfile(path):
+        raise ValueError(f"no learning-curve table {path!r} (benchmarks/record_curves.py records "
+                         "one; docs/anytime.md)")
+    load_table(path)
+
+
+def check_family(family: object | None) -> None:
+    """Any space: the table's recording study says which (see :func:`check_space`)."""
+
+
+class _Index:
+    """The table's configurations as arrays, for nearest-configuration lookups: a numeric
+    parameter scaled to [0, 1] over its distribution (log-scaled where it is log), a categorical
+    one as its choice's index; a parameter a configuration does not have (a conditional one) is
+    NaN / -1."""
+
+    def __init__(self, table: CurveTable) -> None:
+        import numpy as np
+        from optuna.distributions import CategoricalDistribution, json_to_distribution
+
+        self.names = sorted(table.distributions)
+        self.dists = {n: json_to_distribution(table.distributions[n]) for n in self.names}
+        self.categorical = [isinstance(self.dists[n], CategoricalDistribution)
+                            for n in self.names]
+        self.codes = np.array([[self.encode(n, p.get(n)) for n in self.names]
+                               for p in table.params], dtype=float).reshape(
+            len(table.params), len(self.names))
+
+    def encode(self, name: str, value: Any) -> float:
+        import math
+
+        from optuna.distributions import CategoricalDistribution
+
+        d = self.dists[name]
+        if value is None:
+            return math.nan
+        if isinstance(d, CategoricalDistribution):
+            return float(d.choices.index(value)) if value in d.choices else -2.0
+        low, high, log = float(d.low), float(d.high), bool(getattr(d, "log", False))
+        if high == low:
+            return 0.0
+        if log:
+            return (math.log(float(value)) - math.log(low)) / (math.log(high) - math.log(low))
+        return (float(value) - low) / (high - low)
+
+    def nearest(self, params: Mapping[str, Any]) -> int:
+        """The row closest to ``params`` (Optuna's flat parameters): summed over parameters,
+        |difference| of scaled numbers, 1 for another choice, 1 where only one side has the
+        parameter; ties go to the earliest recorded row."""
+        import numpy as np
+
+        query = np.array([self.encode(n, params.get(n)) for n in self.names], dtype=float)
+        rows = self.codes
+        missing_q, missing_r = np.isnan(query), np.isnan(rows)
+        cat = np.array(self.categorical, dtype=bool)
+        diff = np.abs(rows - query)
+        diff = np.where(cat, (rows != query).astype(float), diff)
+        diff = np.where(missing_q ^ missing_r, 1.0, diff)
+        diff = np.where(missing_q & missing_r, 0.0, diff)
+        return int(np.argmin(diff.sum(axis=1)))
+
+
+@functools.cache
+def _index(path: str) -> _Index:
+    return _Index(load_table(path))
+
+
+def evaluate(params: Mapping[str, Any], *, dataset: str, noise_seed: int,
+             trial_params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One trial answered from the table at ``dataset`` (a path): the recorded run of the
+    configuration nearest to the trial's parameters (``trial_params``, Optuna's flat form; the
+    genome's too). ``noise_seed`` is unused: a table holds one training run per configuration.
+
+    Returns ``{"values": {metric: last epoch's}, "sim_time_s": start + every epoch,
+    "sim_start_s", "sim_epoch_s": [each epoch's seconds], "curve": [...], "user_attrs":
+    {"curves_row": row}}``; a configuration whose run failed raises :class:`DivergedRun`."""
+    del noise_seed
+    table = load_table(dataset)
+    row = _index(dataset).nearest(trial_params if trial_params is not None else params)
+    curve, epoch_s = table.curves[row], table.epoch_s[row]
+    answer = {"sim_time_s": table.start_s[row] + sum(epoch_s), "sim_start_s": table.start_s[row],
+              "sim_epoch_s": list(epoch_s), "curve": list(curve),
+              "user_attrs": {"curves_row": row}}
+    if table.states[row] != "complete" or len(curve) < table.epochs or not curve:
+        raise DivergedRun(f"the recorded run of row {row} failed after {len(curve)} of "
+                          f"{table.epochs} epochs", answer)
+    return {"values": {table.metric: curve[-1]}, **answer}

@@ -45,7 +45,8 @@ class Budget(_Strict):
         20, ge=1, description="finished (complete + pruned) trials the study should hold"
     )
     concurrency: int = Field(1, ge=1, description="trials running at once")
-    timeout: float | None = Field(None, gt=0, description="seconds before no new trial starts")
+    timeout: float | None = Field(None, gt=0, description="seconds before no new trial starts "
+                                  "(a benchmark objective: simulated seconds)")
     trial_timeout: float | None = Field(None, gt=0, description="seconds before a trial is killed")
     max_failures: int = Field(5, ge=1, description="failed trials in one run before it gives up")
     max_retries: int = Field(

@@ -63,7 +63,8 @@ class StudyFile(_Strict):
     # "mpi:package.module:train": a training loop of the user's own, on [training] ranks.
     objective: str | None = Field(
         None,
-        description="none: train [training] on MPI; nb201:TABLE; module:function; mpi:module:train",
+        description="none: train [training] on MPI; nb201:TABLE; curves:PATH; module:function; "
+        "mpi:module:train",
     )
     metric: str | list[str] = Field(
         "val_accuracy", description="what the study optimises; a list: a multi-objective study"
@@ -233,7 +234,8 @@ class StudyFile(_Strict):
                         f"session.save_checkpoint: remove checkpoints.{key}",
                     ))
         elif self.objective is not None:
-            if self.pruner.promote:
+            # A benchmark's simulated clock pauses and promotes (search.simulated._clock).
+            if self.pruner.promote and not is_benchmark(self.objective):
                 problems.append(StudyError(
                     "pruner.promote",
                     "needs trials that train ([training]): a function objective has no "
