@@ -80,6 +80,8 @@ def recording_study(source: dict[str, Any], *, chunk: int, trials: int, seed: in
                       **{k: v for k, v in source.get("budget", {}).items()
                          if k == "trial_timeout"}}
     data["strategy"] = {"name": "random", "seed": seed}
+    if data.get("objective") is None:  # a warm pool unless the study says otherwise
+        data["launcher"] = {"warm": True, **source.get("launcher", {})}
     return data
 
 

@@ -41,7 +41,7 @@ import optuna
 from distributed import wait
 
 # A benchmark objective's prefix -> what the driver's work costs on its clock by default.
-DEFAULT_SERVICE: dict[str, float | str] = {"nb201": 0.0, "simulated": "measured"}
+DEFAULT_SERVICE: dict[str, float | str] = {"nb201": 0.0, "simulated": "measured", "curves": 0.0}
 # Event kinds, in the order they are taken at the same simulated moment.
 _EPOCH, _END = 0, 1
 
@@ -148,6 +148,9 @@ class EventQueue:
         self._seq = itertools.count()
         self._reports = len(study.directions) == 1  # Optuna refuses multi-objective reports
         self.round_trip_s = 0.0  # wall time spent waiting for Dask to compute the answers
+        # Every epoch's report as it happened: (simulated time, trial number, epoch, value),
+        # what an anytime benchmark reads (what the search had seen by each moment).
+        self.reports: list[tuple[float, int, int, float]] = []
 
     def add(self, future: Any, run: Any) -> None:
         """A submitted trial's answer (computed, see next_end): its events join the queue."""
@@ -210,6 +213,7 @@ class EventQueue:
                 p.reported += 1
                 trial: optuna.Trial = p.run.trial
                 trial.report(p.curve[p.reported - 1], step=p.reported)
+                self.reports.append((at, trial.number, p.reported, p.curve[p.reported - 1]))
                 if trial.should_prune():  # the study's pruner, at this simulated moment
                     # A pruner that pauses (pause-and-promote) pauses, as a real trial's rank
                     # 0 does: a checkpoint stands in for the one it would have written.

@@ -1,0 +1,244 @@
+"""Anytime benchmark: the best model found against simulated wall-clock time with N workers,
+early stopping included, on recorded learning-curve tables (docs/anytime.md).
+
+Every tool here is a study file run by the real driver (``search.Driver``) on the simulated
+clock with ``objective = "curves:TABLE"`` (search.simulated._curves): the same samplers,
+pruners, pause-and-promote and its promotion rule as ``search run``; an epoch takes its recorded
+seconds, a trial's start its recorded start. Nothing of the driver's rules is copied here: the
+benchmark only writes study files and reads what the driver's event queue reported, and when.
+
+Tools: ``detol`` (the default: no strategy named, ``[pruner] name = "asha", promote = true``),
+``random+asha`` (random search, Optuna's stop-only successive halving), ``one-epoch`` (random
+search, the one-epoch top-half rule), ``tpe+hyperband`` (Optuna's TPE and HyperbandPruner),
+``random`` (full fidelity, no pruner).
+
+Score: at each moment, the incumbent is the configuration whose latest report (the most epochs
+the search trained it) is the best the search has seen; its *regret* is the table's last-epoch
+value of the nearest recorded configuration, normalised: 0 = the table's best final value,
+1 = the table's median final value (a configuration whose run diverged scores the table's
+worst). Budget: ``--budget`` times the mean time of one full training (start included) on each
+worker count's clock. Reported per table and worker count: mean and standard error over seeds of
+the regret at 10, 25, 50 and 100 % of the budget; average rank of each tool there (1 = best,
+per table, workers and seed); time to reach the best other tool's final mean regret.
+
+    python benchmarks/anytime.py --table benchmarks/tables/diabetes.jsonl.gz [--workers 1,8,32]
+        [--seeds 20] [--tools detol,random+asha,...] [--budget 20] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+FRACTIONS = (0.10, 0.25, 0.50, 1.00)
+TABLES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "benchmarks/tables").glob("*.jsonl.gz"))
+# tool -> (strategy section, pruner section) of its study file
+TOOLS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "detol": ({}, {"name": "asha", "promote": True}),
+    "random+asha": ({"name": "random"}, {"name": "asha"}),
+    "one-epoch": ({"name": "random"}, {"name": "top-half"}),
+    "tpe+hyperband": ({"name": "tpe"}, {"name": "hyperband"}),
+    "random": ({"name": "random"}, {"name": "none"}),
+}
+
+
+def full_time(table: Any) -> float:
+    """Mean seconds of one full training (start + every epoch) over the complete rows."""
+    times = [s + sum(e) for s, e, st in zip(table.start_s, table.epoch_s, table.states,
+                                             strict=True) if st == "complete"]
+    return statistics.fmean(times)
+
+
+def finals(table: Any) -> list[float]:
+    """Each row's true score: its last epoch's value; a diverged row the table's worst."""
+    done = [c[-1] for c, st in zip(table.curves, table.states, strict=True)
+            if st == "complete" and len(c) == table.epochs]
+    worst = min(done) if table.maximize else max(done)
+    return [c[-1] if st == "complete" and len(c) == table.epochs else worst
+            for c, st in zip(table.curves, table.states, strict=True)]
+
+
+def study_dict(table: Any, tool: str, *, workers: int, seed: int, budget_s: float) -> dict:
+    strategy, pruner = TOOLS[tool]
+    space = tomllib.loads(table.study)["space"]
+    return {
+        "name": f"anytime-{table.name}-{tool.replace('+', '-')}-w{workers}-s{seed}",
+        "objective": f"curves:{table.path}",
+        "metric": table.metric,
+        "direction": table.direction,
+        "budget": {"trials": 1_000_000, "concurrency": workers, "timeout": budget_s},
+        "strategy": {**strategy, "seed": seed},
+        "pruner": pruner,
+        "training": {"epochs": table.epochs},
+        "space": space,
+    }
+
+
+def run_tool(table: Any, tool: str, *, workers: int, seed: int, budget_s: float,
+             client: Any) -> dict[str, Any]:
+    """One search; its incumbent's normalised regret at every report that changed it."""
+    import optuna
+
+    from search import Driver, open_study, parse_study
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sf = parse_study(study_dict(table, tool, workers=workers, seed=seed, budget_s=budget_s))
+    study = open_study(sf, optuna.storages.InMemoryStorage())
+    driver = Driver(sf, study, client, storage_url="")
+    started = time.perf_counter()
+    counts = driver.run(trials=1_000_000, concurrency=workers, timeout=budget_s)
+    wall = time.perf_counter() - started
+    rows = {t.number: t.user_attrs.get("curves_row") for t in study.get_trials(deepcopy=False)}
+    return {"trace": incumbent_trace(table, driver.events.reports, rows),
+            "trials": len(rows), "complete": counts.complete, "paused": counts.paused,
+            "promoted": counts.promoted, "pruned": counts.pruned, "wall_s": round(wall, 2),
+            "strategy": study.user_attrs.get("detol:strategy")}
+
+
+def incumbent_trace(table: Any, reports: list[tuple[float, int, int, float]],
+                    rows: dict[int, int | None]) -> list[tuple[float, float]]:
+    """[(simulated time, normalised regret of the incumbent from then on)]."""
+    true = finals(table)
+    ordered = sorted(true, reverse=table.maximize)
+    best, median = ordered[0], statistics.median(true)
+    sign = 1.0 if table.maximize else -1.0
+    latest: dict[int, tuple[int, float]] = {}  # row -> (most epochs seen, value then)
+    trace: list[tuple[float, float]] = []
+    incumbent = None
+    for at, number, epoch, value in sorted(reports):
+        row = rows.get(number)
+        if row is None or not math.isfinite(value):
+            continue
+        if epoch >= latest.get(row, (0, 0.0))[0]:
+            latest[row] = (epoch, value)
+        pick = max(latest, key=lambda r: (sign * latest[r][1], -r))
+        if pick != incumbent:
+            incumbent = pick
+            trace.append((at, (best - true[pick]) / (best - median) + 0.0))
+    return trace
+
+
+def regret_at(trace: list[tuple[float, float]], t: float) -> float | None:
+    """The incumbent's regret at time ``t``; None before the first report."""
+    out = None
+    for at, r in trace:
+        if at > t:
+            break
+        out = r
+    return out
+
+
+def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per table and workers: each tool's mean and SE regret at each fraction, its average
+    rank there, and the time to reach the best other tool's final mean regret."""
+    out: dict[str, Any] = {}
+    keys = sorted({(r["table"], r["workers"]) for r in runs})
+    for table, workers in keys:
+        mine = [r for r in runs if r["table"] == table and r["workers"] == workers]
+        budget = mine[0]["budget_s"]
+        tools = sorted({r["tool"] for r in mine})
+        seeds = sorted({r["seed"] for r in mine})
+        cell: dict[str, Any] = {"budget_s": budget, "tools": {}}
+        at: dict[tuple[str, int, float], float] = {}
+        for r in mine:
+            for f in FRACTIONS:
+                v = regret_at(r["trace"], f * budget)
+                at[(r["tool"], r["seed"], f)] = math.inf if v is None else v
+        for tool in tools:
+            stats = {}
+            for f in FRACTIONS:
+                vals = [at[(tool, s, f)] for s in seeds if (tool, s, f) in at]
+                finite = [v for v in vals if math.isfinite(v)]
+                stats[f"{int(f * 100)}%"] = {
+                    "mean": statistics.fmean(finite) if len(finite) == len(vals) else None,
+                    "se": (statistics.stdev(finite) / math.sqrt(len(finite))
+                           if len(finite) == len(vals) > 1 else None)}
+            cell["tools"][tool] = {"regret": stats}
+        for f in FRACTIONS:  # average rank over seeds (ties share the mean rank)
+            for tool in tools:
+                ranks = []
+                for s in seeds:
+                    vals = {t: at.get((t, s, f), math.inf) for t in tools}
+                    mine_v = vals[tool]
+                    below = sum(v < mine_v for v in vals.values())
+                    equal = sum(v == mine_v for v in vals.values())
+                    ranks.append(below + (equal + 1) / 2)
+                cell["tools"][tool].setdefault("rank", {})[f"{int(f * 100)}%"] = (
+                    statistics.fmean(ranks))
+        for tool in tools:  # time to reach the best other tool's final mean regret
+            others = [cell["tools"][t]["regret"]["100%"]["mean"] for t in tools if t != tool]
+            others = [v for v in others if v is not None]
+            if not others:
+                continue
+            goal = min(others)
+            times = []
+            for s in seeds:
+                r = next(x for x in mine if x["tool"] == tool and x["seed"] == s)
+                hit = next((t for t, v in r["trace"] if v <= goal), None)
+                times.append(hit)
+            reached = [t for t in times if t is not None]
+            cell["tools"][tool]["to_best_other"] = {
+                "goal": goal, "reached": len(reached), "seeds": len(times),
+                "mean_s": statistics.fmean(reached) if reached else None}
+        out[f"{table} w{workers}"] = cell
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--table", action="append", help="a detol-curves table (repeatable; "
+                   "default: every benchmarks/tables/*.jsonl.gz)")
+    p.add_argument("--workers", default="1,8,32")
+    p.add_argument("--seeds", type=int, default=20)
+    p.add_argument("--tools", default=",".join(TOOLS))
+    p.add_argument("--budget", type=float, default=20.0,
+                   help="simulated budget in full trainings (mean, start included) per worker "
+                        "count's clock (20)")
+    p.add_argument("--json", help="write runs and summary here")
+    args = p.parse_args(argv)
+    import nb201  # benchmarks/nb201.py: the in-process Dask client of the table benchmarks
+
+    from search.simulated._curves import load_table
+
+    tables = args.table or TABLES
+    if not tables:
+        p.error("no table: record one (benchmarks/record_curves.py) or pass --table")
+    tools = args.tools.split(",")
+    unknown = [t for t in tools if t not in TOOLS]
+    if unknown:
+        p.error(f"--tools: unknown {unknown} (known: {list(TOOLS)})")
+    client = nb201._client()
+    runs = []
+    for path in tables:
+        table = load_table(path)
+        budget_s = args.budget * full_time(table)
+        for workers in [int(w) for w in args.workers.split(",")]:
+            for seed in range(args.seeds):
+                for tool in tools:
+                    r = run_tool(table, tool, workers=workers, seed=seed, budget_s=budget_s,
+                                 client=client)
+                    final = regret_at(r["trace"], budget_s)
+                    print(f"{table.name} w{workers} s{seed} {tool:14s} regret "
+                          f"{'-' if final is None else f'{final:.3f}'} trials {r['trials']} "
+                          f"({r['wall_s']} s)", flush=True)
+                    runs.append({"table": table.name, "workers": workers, "seed": seed,
+                                 "tool": tool, "budget_s": budget_s, **r})
+    summary = summarise(runs)
+    print(json.dumps(summary, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"summary": summary, "runs": runs}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
