@@ -1,0 +1,47 @@
+"""benchmarks/record_curves.py records a study's learning curves through search run itself
+(the user's plug-ins: the diabetes regression's model, data and loss on 2 MPI ranks), chunk by
+chunk, resumable, and refuses to mix another study or epoch count into a table."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from search.simulated._curves import load_table
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORD = [sys.executable, str(ROOT / "benchmarks" / "record_curves.py"),
+          str(ROOT / "studies" / "diabetes-regression.toml")]
+
+pytestmark = pytest.mark.mpi
+
+
+def _record(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*RECORD, str(out), "--configs", "3", "--epochs", "2", "--chunk", "2",
+                           *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_a_table_is_recorded_chunk_by_chunk_and_resumes(tmp_path: Path) -> None:
+    out = tmp_path / "diabetes.jsonl.gz"
+    first = _record(out, "--chunks", "1")  # stopped after one chunk, as a session that ended
+    assert first.returncode == 0, first.stderr
+    assert load_table.__wrapped__(str(out)).configs == 2
+    second = _record(out)
+    assert second.returncode == 0, second.stderr
+    assert "chunk 1: 1 trials (2 of 3 recorded)" in second.stdout
+    table = load_table.__wrapped__(str(out))
+    assert (table.name, table.metric, table.direction, table.epochs) == (
+        "diabetes-regression", "val_mae", "minimize", 2)
+    assert [c["seed"] for c in table.chunks] == [0, 1] and table.configs == 3
+    assert set(table.distributions) == {"lr", "width", "delta"}
+    for params, curve, epoch_s in zip(table.params, table.curves, table.epoch_s, strict=True):
+        assert 1e-3 <= params["lr"] <= 0.1 and 8 <= params["width"] <= 128
+        assert len(curve) == 2 and all(v > 0 for v in curve)
+        assert len(epoch_s) == 2 and all(0 < s < 30 for s in epoch_s)
+    assert not (tmp_path / "diabetes.jsonl.gz.work").exists()  # nothing left behind
+    refused = _record(out, "--epochs", "3")
+    assert refused.returncode == 2 and "recorded with another study file" in refused.stderr
+    assert load_table.__wrapped__(str(out)).configs == 3
