@@ -87,6 +87,7 @@ class Job:
     seed: int
     concurrency: int
     evaluations: int
+    outliers: float = 0.0  # share of observations replaced by a diverged run's (flat:T,outliers=)
 
     @property
     def ours(self) -> bool:
@@ -100,7 +101,8 @@ def study_dict(job: Job) -> dict[str, Any]:
     name, options = nb201.split_label(job.optimizer)
     return {
         "name": f"flat-{job.table}-{name}-s{job.seed}-c{job.concurrency}",
-        "objective": f"flat:{job.table}",
+        "objective": f"flat:{job.table}" + (f",outliers={job.outliers:g}" if job.outliers
+                                              else ""),
         "metric": t.metric,
         "direction": t.direction,
         "budget": {"trials": job.evaluations, "concurrency": job.concurrency},
@@ -461,6 +463,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peers-python", help="the Python of the peers' own environment")
     p.add_argument("--runs", help="append every finished run here (JSON lines)")
     p.add_argument("--resume", action="store_true", help="skip runs already in --runs")
+    p.add_argument("--outliers", type=float, default=0.0, metavar="SHARE",
+                   help="replace this share of the observations (seeded) by a diverged run's: "
+                        "10x the table's median distance from its best")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--max-minutes", type=float)
     p.add_argument("--markdown", metavar="JSON", help="print the docs' table of a written JSON")
@@ -498,13 +503,17 @@ def main(argv: list[str] | None = None) -> int:
     old: list[dict[str, Any]] = []
     if runs_path and args.resume and runs_path.exists():
         old = [json.loads(line) for line in runs_path.read_text().splitlines() if line.strip()]
-    have = {(r["optimizer"], r["table"], r["seed"], r["concurrency"]) for r in old
-            if not r["error"]}
+    have = {(r["optimizer"], r["table"], r["seed"], r["concurrency"], r.get("outliers", 0.0))
+            for r in old if not r["error"]}
     twins = dict(map(tuple, args.sequential_of))
-    jobs = [Job(n, tb, s, MODES[m], EVALUATIONS) for n in names for m in modes
+    if args.outliers and any(n in flat_peers.PEERS for n in names):
+        p.error("--outliers: the diverged observations are our objective's (flat:T,outliers=); "
+                "peers run outside it")
+    jobs = [Job(n, tb, s, MODES[m], EVALUATIONS, args.outliers) for n in names for m in modes
             if runs_in(n, m, twins, args.concurrent_only)
             for s in range(capped.get(n, seeds)) for tb in tables]
-    jobs = [j for j in jobs if (j.optimizer, j.table, j.seed, j.concurrency) not in have]
+    jobs = [j for j in jobs
+            if (j.optimizer, j.table, j.seed, j.concurrency, j.outliers) not in have]
     # Seed by seed across every optimizer and table: a run cut short stays balanced.
     jobs.sort(key=lambda j: (j.seed, j.concurrency, names.index(j.optimizer), j.table))
     started = time.perf_counter()

