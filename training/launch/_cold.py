@@ -37,6 +37,7 @@ from training.launch._line import (
     rank_threads,
     resolve_program,
     still_queued,
+    sweep_shm,
     tail,
 )
 from training.launch._warm_pool import run_warm_trial
@@ -78,7 +79,7 @@ def _run_job(
     before its ranks are through MPI_Init (``started_path`` not written in time); the process,
     why it was stopped ("" when it ended by itself) and whether it was stuck starting."""
     stopped = ""
-    watch = StartWatch(time.time())
+    watch = StartWatch(time.time(), timeout_s)
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             argv,
@@ -158,6 +159,7 @@ def run_trial(
                   config.mpi_async_progress, spec.env)
         log_path = Path(tmp) / "output.log"
         start_failures: list[str] = []
+        sweep_shm()  # killed jobs' shared memory, before it breaks this one's MPI_Init
         while True:
             proc, stopped, hung = _run_job(argv, env, log_path, started, deadline, should_stop,
                                            spec.timeout_s, started_marker(result_path))
@@ -178,6 +180,8 @@ def run_trial(
             start_failures.append(_start_failure(proc, stopped, output))
             time.sleep(LAUNCH_RETRY_WAIT_S)
     wall = time.time() - started
+    if stopped or proc.returncode != 0:
+        sweep_shm()  # what its killed ranks left
     if never_started:
         start_failures.append(_start_failure(proc, stopped, output))
         result = {

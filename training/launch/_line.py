@@ -141,6 +141,51 @@ _QUEUED = re.compile(r"srun: job (\d+) queued and waiting for resources")
 _STEP_WAIT = re.compile(r"srun: Job (\d+) step creation temporarily disabled, retrying")
 
 
+SHM_DIR = "/dev/shm"
+SHM_PREFIX = "mpich_shm_"  # MPICH's shared-memory segments of the ranks of one node
+SHM_ORPHAN_AGE_S = 10.0
+
+
+def sweep_shm(directory: str = SHM_DIR, *, min_age_s: float = SHM_ORPHAN_AGE_S) -> list[str]:
+    """Remove MPICH's shared-memory segments that no process maps any more, older than
+    ``min_age_s`` (one being set up is left alone); the names removed.
+
+    Ranks that are killed (a trial's timeout, a pool retired with SIGKILL, a lost node) never
+    unlink theirs. Besides filling ``/dev/shm``, a stale segment breaks a later job whose
+    segment gets the same name (MPICH derives it from the job's PMI name: after SLURM's job ids
+    start again, or a launcher's pid is reused): its ranks fail in ``MPI_Init`` with
+    ``MPIDI_POSIX_comm_bootstrap: Out of memory``. Called before every launch and after every
+    job this machine's launchers end; only this machine's segments (on other nodes of a
+    multi-node job, SLURM's own clean-up or the node's reboot removes them)."""
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith(SHM_PREFIX)]
+    except OSError:
+        return []
+    now, uid = time.time(), os.getuid()
+    stale = []
+    for name in names:
+        with contextlib.suppress(OSError):
+            st = os.stat(os.path.join(directory, name))
+            if st.st_uid == uid and now - st.st_mtime > min_age_s:
+                stale.append(name)
+    if not stale:
+        return []
+    mapped: set[str] = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as maps:
+            mapped.update(line.rsplit("/", 1)[-1].strip() for line in maps
+                          if SHM_PREFIX in line)
+    removed = []
+    for name in stale:
+        if name not in mapped:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(directory, name))
+                removed.append(name)
+    return removed
+
+
 def pid_alive(pid: int) -> bool:
     """Whether process ``pid`` exists on this host (signal 0; another user's process counts)."""
     try:
@@ -238,20 +283,23 @@ def still_queued(output: str, since: float, *, now: float | None = None) -> str:
             "ranks now (squeue shows why); job cancelled")
 
 
-# A job whose ranks are not all through MPI_Init this long after its launcher got its
+# A job whose ranks are not all through MPI_Init this long (at most a third of the trial's
+# timeout) after its launcher got its
 # resources is stuck there (SLURM 22.05's pmi2 plugin now and then misreads a long PMI-1 "put"
 # of the mpich wheel's start-up exchange, "value not properly terminated in client request",
 # and every rank then waits for ever): it is killed and launched again, as one that died.
-START_TIMEOUT_S = float(os.environ.get("DETOL_START_TIMEOUT_S", "90"))
+START_TIMEOUT_S = float(os.environ.get("DETOL_START_TIMEOUT_S", "60"))
 
 
 class StartWatch:
     """Whether a launch is stuck before its ranks are all through MPI_Init: more than
-    :data:`START_TIMEOUT_S` (``DETOL_START_TIMEOUT_S``) since ``since``, time that ``srun``
-    spends waiting for resources not counted (:func:`still_queued` judges that wait)."""
+    :data:`START_TIMEOUT_S` (``DETOL_START_TIMEOUT_S``), or a third of the trial's timeout when
+    that is shorter, since ``since``; time that ``srun`` spends waiting for resources not
+    counted (:func:`still_queued` judges that wait)."""
 
-    def __init__(self, since: float) -> None:
+    def __init__(self, since: float, trial_timeout_s: float | None = None) -> None:
         self.since = since
+        self.trial_timeout_s = trial_timeout_s
 
     def stuck(self, output: str, *, now: float | None = None) -> str:
         """The reason to kill and relaunch the job; empty while it may still start."""
@@ -259,11 +307,14 @@ class StartWatch:
         if _waiting(output) is not None:
             self.since = now
             return ""
-        if now - self.since <= START_TIMEOUT_S:
+        limit = START_TIMEOUT_S
+        if self.trial_timeout_s:
+            limit = min(limit, self.trial_timeout_s / 3)
+        if now - self.since <= limit:
             return ""
         return (f"start timeout: the ranks were not all through MPI_Init after "
-                f"{now - self.since:.0f} s (DETOL_START_TIMEOUT_S={START_TIMEOUT_S:g}), MPI job "
-                "killed")
+                f"{now - self.since:.0f} s (DETOL_START_TIMEOUT_S={START_TIMEOUT_S:g}, a third "
+                "of trial_timeout if shorter), MPI job killed")
 
 
 LOG_LIMIT = 1_000_000  # characters of a failed job's output kept for its log file

@@ -63,6 +63,7 @@ from training.launch._line import (
     pid_alive,
     rank_threads,
     still_queued,
+    sweep_shm,
     tail,
 )
 
@@ -113,6 +114,7 @@ class WarmPool:
     def start(self) -> None:
         """Launch the job; its ranks connect back when their imports are done."""
         sweep_pool_dirs()
+        sweep_shm()  # killed jobs' shared memory, before it breaks this one's MPI_Init
         self._dir = Path(tempfile.mkdtemp(prefix=f"{_dir_prefix()}{os.getpid()}-"))
         path = str(self._dir / "s")
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -197,6 +199,7 @@ class WarmPool:
                 elif self._conn is None and os.path.basename(self.launcher[0]) == "srun":
                     stopped = still_queued(self._output(), self._started)
                 if not stopped and self._conn is None:  # stuck before MPI_Init is through?
+                    self._watch.trial_timeout_s = timeout_s
                     stopped = self._watch.stuck(self._output())
                     self.never_started = bool(stopped) and self.trials_served == 0
                 if stopped:
@@ -229,6 +232,7 @@ class WarmPool:
         allocation) and remove its files."""
         if self.proc is not None:
             end_job(self.proc, self.launcher)
+            sweep_shm()  # what its killed ranks left
         self._cleanup()
 
     def close(self, timeout: float = _CLOSE_WAIT_S) -> None:
