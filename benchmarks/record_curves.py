@@ -80,6 +80,7 @@ def recording_study(source: dict[str, Any], *, chunk: int, trials: int, seed: in
                       **{k: v for k, v in source.get("budget", {}).items()
                          if k == "trial_timeout"}}
     data["strategy"] = {"name": "random", "seed": seed}
+    data["pruner"] = {"name": "none"}  # (a study file without [pruner] gets median pruning)
     if data.get("objective") is None:  # a warm pool unless the study says otherwise
         data["launcher"] = {"warm": True, **source.get("launcher", {})}
     return data

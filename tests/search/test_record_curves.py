@@ -37,6 +37,7 @@ def test_a_table_is_recorded_chunk_by_chunk_and_resumes(tmp_path: Path) -> None:
         "diabetes-regression", "val_mae", "minimize", 2)
     assert [c["seed"] for c in table.chunks] == [0, 1] and table.configs == 3
     assert set(table.distributions) == {"lr", "width", "delta"}
+    assert table.states == ["complete"] * 3  # none pruned: every epoch recorded
     for params, curve, epoch_s in zip(table.params, table.curves, table.epoch_s, strict=True):
         assert 1e-3 <= params["lr"] <= 0.1 and 8 <= params["width"] <= 128
         assert len(curve) == 2 and all(v > 0 for v in curve)
@@ -45,3 +46,22 @@ def test_a_table_is_recorded_chunk_by_chunk_and_resumes(tmp_path: Path) -> None:
     refused = _record(out, "--epochs", "3")
     assert refused.returncode == 2 and "recorded with another study file" in refused.stderr
     assert load_table.__wrapped__(str(out)).configs == 3
+
+
+@pytest.mark.unit
+def test_the_recording_study_is_the_users_space_and_training_unpruned_at_random() -> None:
+    import tomllib
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from record_curves import recording_study, toml_text
+
+    from search import parse_study
+
+    source = tomllib.loads((ROOT / "studies" / "diabetes-regression.toml").read_text())
+    data = recording_study(source, chunk=3, trials=7, seed=5, epochs=4, concurrency=1)
+    sf = parse_study(tomllib.loads(toml_text(data)))  # what the chunk's study file says
+    assert sf.pruner.name == "none"  # a study without [pruner] would get median pruning
+    assert (sf.strategy.name, sf.strategy.seed, sf.budget.trials) == ("random", 5, 7)
+    assert sf.training.epochs == 4 and sf.training.model == "diabetes.model:build"
+    assert sf.name == "diabetes-regression-curves-3" and set(sf.space) == {"lr", "width", "delta"}
+    assert sf.launcher.warm and sf.launcher.env == {"PYTHONPATH": "examples/diabetes"}

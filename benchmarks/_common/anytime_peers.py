@@ -1,0 +1,254 @@
+"""Peers of the anytime benchmark (``benchmarks/anytime.py``) on a learning-curve table, outside
+our driver, each with its library's defaults, on the protocol every tool there shares:
+
+- ``workers`` run at once on the table's clock: a job of ``b`` epochs on the configuration
+  nearest to the one asked (``search.simulated._curves``' rule) takes its recorded start plus
+  its first ``b`` epochs' recorded seconds, trained from scratch (these tools do not resume);
+- a tool sees a job's value when the job ends (Optuna's pruner: after every epoch, as it asks);
+  a run that diverged before its ``b``-th epoch is a crash (the library's worst cost);
+- nothing starts once the budget (simulated seconds) is spent.
+
+The discrete-event loop below is the peers' harness, not a copy of our driver's rules: what a
+free worker does next is each library's own ``ask``.
+
+    .peers-venv/bin/python benchmarks/_common/anytime_peers.py dehb TABLE WORKERS SEED BUDGET_S
+
+prints one JSON line: ``{"reports": [[time, row, epoch, value], ...], "jobs": n, "wall_s": ...,
+"versions": {...}}``; ``benchmarks/anytime.py`` scores it as it scores ours.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+if __name__ == "__main__":  # run as a script from the repository root: find search/
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from search.simulated._curves import _index, load_table  # noqa: E402 -- after the path fix
+
+
+@dataclass
+class Job:
+    params: dict[str, Any]
+    epochs: int
+    handle: Any
+
+
+class Harness:
+    """The table's clock and answers for one run of one tool."""
+
+    def __init__(self, path: str, workers: int, budget_s: float) -> None:
+        self.table = load_table(path)
+        self.index = _index(path)
+        self.workers, self.budget_s = workers, budget_s
+        sign = 1.0 if self.table.maximize else -1.0
+        done = [c[-1] for c, s in zip(self.table.curves, self.table.states, strict=True)
+                if s == "complete" and c]
+        self.crash = -sign * max(abs(v) for v in done) * 10  # a loss far worse than any seen
+        self.sign = sign
+        self.reports: list[tuple[float, int, int, float]] = []
+        self.jobs = 0
+
+    def loss(self, value: float) -> float:
+        """What a minimising library is told for a metric value."""
+        return -self.sign * value
+
+    def run(self, ask: Callable[[], Job | None],
+            tell: Callable[[Job, float | None, float, bool], None],
+            report: Callable[[Job, int, float], bool] | None = None) -> None:
+        """Keep ``workers`` jobs running until the budget is spent. ``tell(job, value (None: a
+        crash), seconds it ran, stopped)`` when a job ends; with ``report(job, epoch, value) ->
+        go on``, the tool judges every epoch (a pruner) and ``stopped`` says it stopped the job,
+        else it sees only the job's last epoch."""
+        t = self.table
+        heap: list[tuple[float, int, Job, int, int, float]] = []  # (when, seq, job, row, ...)
+        seq = itertools.count()
+        now, free = 0.0, self.workers
+
+        def next_event(job: Job, row: int, epoch: int, start: float) -> None:
+            """Epoch ``epoch`` of the job ends (per-epoch tools), or its last one does."""
+            last = min(job.epochs, len(t.curves[row]))
+            upto = min(epoch, last) if report is not None else last
+            at = start + t.start_s[row] + sum(t.epoch_s[row][:upto])
+            heapq.heappush(heap, (at, next(seq), job, row, upto, start))
+
+        while True:
+            while free and now < self.budget_s:
+                job = ask()
+                if job is None:
+                    break
+                self.jobs += 1
+                free -= 1
+                next_event(job, self.index.nearest(job.params), 1, now)
+            if not heap:
+                return
+            now, _, job, row, epoch, start = heapq.heappop(heap)
+            if now > self.budget_s:
+                return
+            curve = t.curves[row]
+            value = curve[epoch - 1] if epoch <= len(curve) else None
+            if epoch < job.epochs and epoch == len(curve):  # the run diverged here
+                if report is not None and value is not None:
+                    self.reports.append((now, row, epoch, value))
+                tell(job, None, now - start, False)
+            elif epoch < job.epochs:  # a per-epoch tool's report
+                assert report is not None and value is not None
+                self.reports.append((now, row, epoch, value))
+                if report(job, epoch, value):
+                    next_event(job, row, epoch + 1, start)
+                    continue
+                tell(job, value, now - start, True)
+            else:
+                assert value is not None
+                self.reports.append((now, row, epoch, value))
+                tell(job, value, now - start, False)
+            free += 1
+
+
+def configspace(table: Any, seed: int) -> Any:
+    """The table's space (its Optuna distributions) as a ConfigSpace space."""
+    import ConfigSpace as CS
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+        json_to_distribution,
+    )
+
+    cs = CS.ConfigurationSpace(seed=seed)
+    for name in sorted(table.distributions):
+        d = json_to_distribution(table.distributions[name])
+        if isinstance(d, CategoricalDistribution):
+            cs.add(CS.Categorical(name, list(d.choices)))
+        elif isinstance(d, IntDistribution):
+            cs.add(CS.Integer(name, (int(d.low), int(d.high)), log=d.log))
+        elif isinstance(d, FloatDistribution):
+            cs.add(CS.Float(name, (float(d.low), float(d.high)), log=d.log))
+    return cs
+
+
+def as_dict(config: Any) -> dict[str, Any]:
+    return dict(config) if not isinstance(config, dict) else config
+
+
+def run_dehb(h: Harness, seed: int) -> None:
+    from dehb import DEHB
+
+    cs = configspace(h.table, seed)
+    dehb = DEHB(cs=cs, dimensions=len(list(cs.values())), min_fidelity=1,
+                max_fidelity=h.table.epochs, n_workers=h.workers, seed=seed,
+                output_path=tempfile.mkdtemp(prefix="dehb-"))
+
+    def ask() -> Job:
+        info = dehb.ask()
+        config = info["config"]
+        if not isinstance(config, dict) and not hasattr(config, "keys"):  # a vector
+            config = dehb.vector_to_configspace(config)
+        return Job(as_dict(config), max(1, round(float(info["fidelity"]))), info)
+
+    def tell(job: Job, value: float | None, seconds: float, stopped: bool) -> None:
+        loss = h.crash if value is None else h.loss(value)
+        dehb.tell(job.handle, {"fitness": loss, "cost": seconds})
+
+    h.run(ask, tell)
+
+
+def run_smac(h: Harness, seed: int, facade: str) -> None:
+    from smac import HyperbandFacade, MultiFidelityFacade, Scenario
+    from smac.runhistory.dataclasses import TrialValue
+
+    cs = configspace(h.table, seed)
+    scenario = Scenario(cs, deterministic=True, n_trials=10**9, min_budget=1,
+                        max_budget=h.table.epochs, seed=seed,
+                        output_directory=tempfile.mkdtemp(prefix="smac-"))
+    cls = MultiFidelityFacade if facade == "mf" else HyperbandFacade
+    smac = cls(scenario, lambda config, seed=0, budget=1: 0.0, overwrite=True,
+               logging_level=40)
+
+    def ask() -> Job:
+        info = smac.ask()
+        return Job(as_dict(info.config), max(1, round(float(info.budget or h.table.epochs))), info)
+
+    def tell(job: Job, value: float | None, seconds: float, stopped: bool) -> None:
+        loss = h.crash if value is None else h.loss(value)
+        smac.tell(job.handle, TrialValue(cost=loss, time=seconds))
+
+    h.run(ask, tell)
+
+
+def run_optuna_tpe_hyperband(h: Harness, seed: int) -> None:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    from optuna.distributions import json_to_distribution
+
+    dists = {n: json_to_distribution(d) for n, d in h.table.distributions.items()}
+    study = optuna.create_study(
+        direction="maximize" if h.table.maximize else "minimize",
+        sampler=optuna.samplers.TPESampler(seed=seed),
+        pruner=optuna.pruners.HyperbandPruner(min_resource=1, max_resource=h.table.epochs))
+
+    def ask() -> Job:
+        trial = study.ask(dists)
+        return Job(dict(trial.params), h.table.epochs, trial)
+
+    def report(job: Job, epoch: int, value: float) -> bool:
+        job.handle.report(value, epoch)
+        return not job.handle.should_prune()
+
+    def tell(job: Job, value: float | None, seconds: float, stopped: bool) -> None:
+        if value is None:
+            study.tell(job.handle, state=optuna.trial.TrialState.FAIL)
+        elif stopped:
+            study.tell(job.handle, state=optuna.trial.TrialState.PRUNED)
+        else:
+            study.tell(job.handle, value)
+
+    h.run(ask, tell, report)
+
+
+PEERS: dict[str, Callable[[Harness, int], None]] = {
+    "dehb": run_dehb,
+    "smac-hyperband": lambda h, s: run_smac(h, s, "hb"),
+    "smac-mf": lambda h, s: run_smac(h, s, "mf"),  # SMAC3's BOHB-like facade (RF + Hyperband)
+    "optuna-tpe-hyperband": run_optuna_tpe_hyperband,
+}
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for dist in ("dehb", "smac", "optuna", "ConfigSpace", "syne-tune", "numpy"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            continue
+    return out
+
+
+def main(argv: list[str]) -> int:
+    name, path, workers, seed, budget = argv
+    if name not in PEERS:
+        print(f"unknown peer {name!r} (known: {list(PEERS)})", file=sys.stderr)
+        return 2
+    h = Harness(path, int(workers), float(budget))
+    started = time.perf_counter()
+    PEERS[name](h, int(seed))
+    print(json.dumps({"reports": h.reports, "jobs": h.jobs,
+                      "wall_s": round(time.perf_counter() - started, 2),
+                      "versions": versions()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
