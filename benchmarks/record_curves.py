@@ -77,6 +77,7 @@ def recording_study(source: dict[str, Any], *, chunk: int, trials: int, seed: in
     data["name"] = f"{source['name']}-curves-{chunk}"
     data["training"] = {**source.get("training", {}), "epochs": epochs}
     data["budget"] = {"trials": trials, "concurrency": concurrency,
+                      "max_failures": trials + 1,  # a run that diverges is a row too
                       **{k: v for k, v in source.get("budget", {}).items()
                          if k == "trial_timeout"}}
     data["strategy"] = {"name": "random", "seed": seed}
