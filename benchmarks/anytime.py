@@ -31,6 +31,7 @@ import argparse
 import json
 import math
 import statistics
+import subprocess
 import sys
 import time
 import tomllib
@@ -99,15 +100,18 @@ def run_tool(table: Any, tool: str, *, workers: int, seed: int, budget_s: float,
     counts = driver.run(trials=1_000_000, concurrency=workers, timeout=budget_s)
     wall = time.perf_counter() - started
     rows = {t.number: t.user_attrs.get("curves_row") for t in study.get_trials(deepcopy=False)}
-    return {"trace": incumbent_trace(table, driver.events.reports, rows),
+    seen = [(at, rows[n], e, v) for at, n, e, v in driver.events.reports
+            if rows.get(n) is not None]
+    return {"trace": incumbent_trace(table, seen),
             "trials": len(rows), "complete": counts.complete, "paused": counts.paused,
             "promoted": counts.promoted, "pruned": counts.pruned, "wall_s": round(wall, 2),
             "strategy": study.user_attrs.get("detol:strategy")}
 
 
 def incumbent_trace(table: Any, reports: list[tuple[float, int, int, float]],
-                    rows: dict[int, int | None]) -> list[tuple[float, float]]:
-    """[(simulated time, normalised regret of the incumbent from then on)]."""
+                    ) -> list[tuple[float, float]]:
+    """[(simulated time, normalised regret of the incumbent from then on)] from what a search
+    saw: ``reports`` of (simulated time, table row, epoch, value), ours and the peers' alike."""
     true = finals(table)
     ordered = sorted(true, reverse=table.maximize)
     best, median = ordered[0], statistics.median(true)
@@ -115,9 +119,8 @@ def incumbent_trace(table: Any, reports: list[tuple[float, int, int, float]],
     latest: dict[int, tuple[int, float]] = {}  # row -> (most epochs seen, value then)
     trace: list[tuple[float, float]] = []
     incumbent = None
-    for at, number, epoch, value in sorted(reports):
-        row = rows.get(number)
-        if row is None or not math.isfinite(value):
+    for at, row, epoch, value in sorted(reports):
+        if not math.isfinite(value):
             continue
         if epoch >= latest.get(row, (0, 0.0))[0]:
             latest[row] = (epoch, value)
@@ -126,6 +129,22 @@ def incumbent_trace(table: Any, reports: list[tuple[float, int, int, float]],
             incumbent = pick
             trace.append((at, (best - true[pick]) / (best - median) + 0.0))
     return trace
+
+
+def run_peer(table: Any, tool: str, *, workers: int, seed: int, budget_s: float,
+             peers_python: str | None) -> dict[str, Any]:
+    """One peer's search (benchmarks/_common/anytime_peers.py), in the peers' environment when
+    given (their pins clash with ours), else in this Python."""
+    command = [peers_python or sys.executable,
+               str(ROOT / "benchmarks" / "_common" / "anytime_peers.py"), tool, table.path,
+               str(workers), str(seed), repr(budget_s)]
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{tool}: {proc.stderr.strip()[-2000:]}")
+    out = json.loads(proc.stdout)
+    reports = [tuple(r) for r in out["reports"]]
+    return {"trace": incumbent_trace(table, reports), "trials": out["jobs"],
+            "wall_s": out["wall_s"], "versions": out["versions"]}
 
 
 def regret_at(trace: list[tuple[float, float]], t: float) -> float | None:
@@ -200,11 +219,13 @@ def main(argv: list[str] | None = None) -> int:
                    "default: every benchmarks/tables/*.jsonl.gz)")
     p.add_argument("--workers", default="1,8,32")
     p.add_argument("--seeds", type=int, default=20)
-    p.add_argument("--tools", default=",".join(TOOLS))
+    p.add_argument("--tools", default=",".join(TOOLS),
+                   help="ours and peers (benchmarks/_common/anytime_peers.py), comma-separated")
     p.add_argument("--budget", type=float, default=20.0,
                    help="simulated budget in full trainings (mean, start included) per worker "
                         "count's clock (20)")
     p.add_argument("--json", help="write runs and summary here")
+    p.add_argument("--peers-python", help="the peers' Python (benchmarks/peers_venv.sh)")
     args = p.parse_args(argv)
     import nb201  # benchmarks/nb201.py: the in-process Dask client of the table benchmarks
 
@@ -213,10 +234,12 @@ def main(argv: list[str] | None = None) -> int:
     tables = args.table or TABLES
     if not tables:
         p.error("no table: record one (benchmarks/record_curves.py) or pass --table")
+    from _common.anytime_peers import PEERS
+
     tools = args.tools.split(",")
-    unknown = [t for t in tools if t not in TOOLS]
+    unknown = [t for t in tools if t not in TOOLS and t not in PEERS]
     if unknown:
-        p.error(f"--tools: unknown {unknown} (known: {list(TOOLS)})")
+        p.error(f"--tools: unknown {unknown} (known: {list(TOOLS)} and peers {list(PEERS)})")
     client = nb201._client()
     runs = []
     for path in tables:
@@ -225,8 +248,12 @@ def main(argv: list[str] | None = None) -> int:
         for workers in [int(w) for w in args.workers.split(",")]:
             for seed in range(args.seeds):
                 for tool in tools:
-                    r = run_tool(table, tool, workers=workers, seed=seed, budget_s=budget_s,
-                                 client=client)
+                    if tool in TOOLS:
+                        r = run_tool(table, tool, workers=workers, seed=seed, budget_s=budget_s,
+                                     client=client)
+                    else:
+                        r = run_peer(table, tool, workers=workers, seed=seed, budget_s=budget_s,
+                                     peers_python=args.peers_python)
                     final = regret_at(r["trace"], budget_s)
                     print(f"{table.name} w{workers} s{seed} {tool:14s} regret "
                           f"{'-' if final is None else f'{final:.3f}'} trials {r['trials']} "

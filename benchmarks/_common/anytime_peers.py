@@ -142,11 +142,14 @@ def as_dict(config: Any) -> dict[str, Any]:
 
 def run_dehb(h: Harness, seed: int) -> None:
     from dehb import DEHB
+    from loguru import logger
 
+    logger.remove()  # DEHB logs every step to stdout, where this script's answer goes
+    logger.add(sys.stderr, level="ERROR")
     cs = configspace(h.table, seed)
     dehb = DEHB(cs=cs, dimensions=len(list(cs.values())), min_fidelity=1,
                 max_fidelity=h.table.epochs, n_workers=h.workers, seed=seed,
-                output_path=tempfile.mkdtemp(prefix="dehb-"))
+                output_path=tempfile.mkdtemp(prefix="dehb-"), save_freq="end")
 
     def ask() -> Job:
         info = dehb.ask()
