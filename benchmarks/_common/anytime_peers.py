@@ -22,6 +22,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
+import math
 import os
 import sys
 import tempfile
@@ -219,7 +220,90 @@ def run_optuna_tpe_hyperband(h: Harness, seed: int) -> None:
     h.run(ask, tell, report)
 
 
+def run_synetune(h: Harness, seed: int, method: str) -> None:
+    """Syne Tune's own simulator (``UserBlackboxBackend`` + ``SimulatorCallback``): the table
+    as a blackbox whose configurations are answered by the nearest recorded one, each epoch's
+    elapsed time the recorded start and epochs; its scheduler decides stops and promotions.
+    Its results go to a temporary folder (``SYNETUNE_FOLDER``), removed after."""
+    os.environ["SYNETUNE_FOLDER"] = tempfile.mkdtemp(prefix="synetune-")
+    import contextlib
+    import shutil
+
+    import numpy as np
+    from optuna.distributions import (
+        CategoricalDistribution,
+        IntDistribution,
+        json_to_distribution,
+    )
+    from syne_tune import StoppingCriterion, Tuner
+    from syne_tune.backend.simulator_backend.simulator_callback import SimulatorCallback
+    from syne_tune.blackbox_repository.blackbox import Blackbox
+    from syne_tune.blackbox_repository.simulated_tabular_backend import UserBlackboxBackend
+    from syne_tune.config_space import choice, lograndint, loguniform, randint, uniform
+    from syne_tune.experiments import load_experiment
+    from syne_tune.optimizer import baselines
+
+    t, epochs = h.table, h.table.epochs
+    space: dict[str, Any] = {}
+    for name, raw in t.distributions.items():
+        d = json_to_distribution(raw)
+        if isinstance(d, CategoricalDistribution):
+            space[name] = choice(list(d.choices))
+        elif isinstance(d, IntDistribution):
+            space[name] = (lograndint if d.log else randint)(int(d.low), int(d.high))
+        else:
+            space[name] = (loguniform if d.log else uniform)(float(d.low), float(d.high))
+    worst = h.crash * -h.sign  # a crash as a metric value
+
+    class TableBlackbox(Blackbox):
+        def __init__(self) -> None:
+            super().__init__(configuration_space=space,
+                             fidelity_space={"epoch": randint(1, epochs)},
+                             objectives_names=["value", "elapsed_time"])
+
+        @property
+        def fidelity_values(self) -> np.ndarray:
+            return np.arange(1, epochs + 1)
+
+        def _objective_function(self, configuration: dict[str, Any],
+                                fidelity: dict | None = None, seed: int | None = None) -> Any:
+            row = h.index.nearest(configuration)
+            curve, times = t.curves[row], np.cumsum([t.start_s[row], *t.epoch_s[row]])[1:]
+            out = np.zeros((epochs, 2))
+            for k in range(epochs):  # after a divergence: a crash, at no further cost
+                out[k] = (curve[k], times[k]) if k < len(curve) else (worst, times[-1])
+            if fidelity is None:
+                return out
+            k = int(fidelity["epoch"]) - 1
+            return {"value": out[k, 0], "elapsed_time": out[k, 1]}
+
+    scheduler = getattr(baselines, method)(
+        space, metric="value", time_attr="epoch", max_t=epochs,
+        do_minimize=not t.maximize, random_seed=seed)
+    backend = UserBlackboxBackend(blackbox=TableBlackbox(), elapsed_time_attr="elapsed_time")
+    tuner = Tuner(trial_backend=backend, scheduler=scheduler,
+                  stop_criterion=StoppingCriterion(max_wallclock_time=h.budget_s),
+                  n_workers=h.workers, sleep_time=0, callbacks=[SimulatorCallback()],
+                  save_tuner=False, suffix_tuner_name=True, metadata={"seed": seed})
+    with contextlib.redirect_stdout(sys.stderr):  # its banner and progress: not our answer
+        tuner.run()
+    results = load_experiment(tuner.name).results
+    shutil.rmtree(os.environ["SYNETUNE_FOLDER"], ignore_errors=True)
+    configs = {}
+    for _, r in results.iterrows():
+        trial = int(r["trial_id"])
+        if trial not in configs:
+            configs[trial] = h.index.nearest(
+                {n: r[f"config_{n}"] for n in space if f"config_{n}" in r})
+        if r["st_tuner_time"] <= h.budget_s and math.isfinite(r["value"]) and r["value"] != worst:
+            h.reports.append((float(r["st_tuner_time"]), configs[trial], int(r["epoch"]),
+                              float(r["value"])))
+    h.jobs = len(configs)
+
+
 PEERS: dict[str, Callable[[Harness, int], None]] = {
+    "synetune-asha": lambda h, s: run_synetune(h, s, "ASHA"),
+    "synetune-bohb": lambda h, s: run_synetune(h, s, "BOHB"),
     "dehb": run_dehb,
     "smac-hyperband": lambda h, s: run_smac(h, s, "hb"),
     "smac-mf": lambda h, s: run_smac(h, s, "mf"),  # SMAC3's BOHB-like facade (RF + Hyperband)
