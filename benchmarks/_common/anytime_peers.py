@@ -96,20 +96,19 @@ class Harness:
             if now > self.budget_s:
                 return
             curve = t.curves[row]
-            value = curve[epoch - 1] if epoch <= len(curve) else None
-            if epoch < job.epochs and epoch == len(curve):  # the run diverged here
-                if report is not None and value is not None:
-                    self.reports.append((now, row, epoch, value))
-                tell(job, None, now - start, False)
-            elif epoch < job.epochs:  # a per-epoch tool's report
-                assert report is not None and value is not None
+            value = curve[epoch - 1]  # (never past the last recorded epoch: next_event)
+            if epoch < job.epochs and report is not None:  # a per-epoch tool sees it
                 self.reports.append((now, row, epoch, value))
-                if report(job, epoch, value):
+                if not report(job, epoch, value):
+                    tell(job, value, now - start, True)  # stopped by the tool
+                elif epoch < len(curve):
                     next_event(job, row, epoch + 1, start)
                     continue
-                tell(job, value, now - start, True)
+                else:
+                    tell(job, None, now - start, False)  # the run diverged after this epoch
+            elif epoch < job.epochs:  # it diverged before the epochs asked: a crash
+                tell(job, None, now - start, False)
             else:
-                assert value is not None
                 self.reports.append((now, row, epoch, value))
                 tell(job, value, now - start, False)
             free += 1
