@@ -15,9 +15,14 @@ time. Its ``service`` says what the driver's own work costs on it:
 
 :class:`EventQueue` is the simulated backend's event list. Each running trial's answer becomes
 events at ``start + k * sim_time_s / epochs`` (an epoch's report, judged by the study's own
-pruner at that simulated moment: a pruned trial frees its worker there), and its end: complete,
+pruner at that simulated moment: a pruned trial frees its worker there; an answer may give each
+epoch's own seconds, ``sim_epoch_s`` as a list, and a start, ``sim_start_s``: a learning-curve
+table's), and its end: complete,
 failed (the objective raised partway, ``sim_time_s`` is how far it got) or lost (its answer's
 ``lost_at_s``: the worker vanished; the driver gets what a real ``KilledWorker`` gives it).
+A pruner that pauses (``pauses = True``) pauses the trial there, with a stand-in checkpoint
+attribute; the driver's own promotion continues it, and the continuation (``resumed_epoch``)
+reports and pays only the epochs after its checkpoint's.
 
 >>> clock = SimClock(service=0.5)
 >>> clock.serve(), clock.serve(), clock.now()
