@@ -213,6 +213,53 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def plot(runs: list[dict[str, Any]], directory: str) -> list[str]:
+    """One PNG per table (``DIR/anytime-TABLE.png``): a panel per worker count, each tool's mean
+    normalised regret over seeds against simulated time (log scale), its standard error as a
+    band, from the moment every seed of that tool has an incumbent. The paths written."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    written = []
+    for table in sorted({r["table"] for r in runs}):
+        mine = [r for r in runs if r["table"] == table]
+        workers = sorted({r["workers"] for r in mine})
+        fig = make_subplots(rows=1, cols=len(workers), shared_yaxes=True,
+                            subplot_titles=[f"{w} worker{'s' if w > 1 else ''}" for w in workers])
+        for col, w in enumerate(workers, start=1):
+            cell = [r for r in mine if r["workers"] == w]
+            budget = cell[0]["budget_s"]
+            for i, tool in enumerate(sorted({r["tool"] for r in cell})):
+                traces = [r["trace"] for r in cell if r["tool"] == tool]
+                first = max((t[0][0] for t in traces if t), default=budget)
+                grid = [first * (budget / first) ** (k / 60) for k in range(61)]
+                means, ses = [], []
+                for t in grid:
+                    vals = [regret_at(tr, t) for tr in traces]
+                    vals = [v for v in vals if v is not None]
+                    means.append(statistics.fmean(vals))
+                    ses.append(statistics.stdev(vals) / math.sqrt(len(vals))
+                               if len(vals) > 1 else 0.0)
+                color = f"hsl({i * 360 // 9},70%,45%)"
+                fig.add_trace(go.Scatter(x=grid + grid[::-1],
+                                         y=[m + e for m, e in zip(means, ses, strict=True)] +
+                                         [m - e for m, e in zip(means, ses, strict=True)][::-1],
+                                         fill="toself", line={"width": 0}, fillcolor=color,
+                                         opacity=0.15, showlegend=False, hoverinfo="skip"),
+                              row=1, col=col)
+                fig.add_trace(go.Scatter(x=grid, y=means, name=tool, legendgroup=tool,
+                                         showlegend=col == 1, line={"color": color}),
+                              row=1, col=col)
+            fig.update_xaxes(type="log", title_text="simulated seconds", row=1, col=col)
+        fig.update_yaxes(title_text="normalised regret (mean, SE band)", row=1, col=1)
+        fig.update_layout(title=f"{table}: the incumbent's regret against time",
+                          width=420 * len(workers) + 200, height=420, template="plotly_white")
+        path = str(Path(directory) / f"anytime-{table}.png")
+        fig.write_image(path)
+        written.append(path)
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--table", action="append", help="a detol-curves table (repeatable; "
@@ -226,7 +273,14 @@ def main(argv: list[str] | None = None) -> int:
                         "count's clock (20)")
     p.add_argument("--json", help="write runs and summary here")
     p.add_argument("--peers-python", help="the peers' Python (benchmarks/peers_venv.sh)")
+    p.add_argument("--plot", metavar="DIR", help="write DIR/anytime-TABLE.png per table")
+    p.add_argument("--replot", metavar="JSON", help="only plot the runs of a written --json")
     args = p.parse_args(argv)
+    if args.replot:
+        if not args.plot:
+            p.error("--replot needs --plot DIR")
+        print("\n".join(plot(json.loads(Path(args.replot).read_text())["runs"], args.plot)))
+        return 0
     import nb201  # benchmarks/nb201.py: the in-process Dask client of the table benchmarks
 
     from search.simulated._curves import load_table
@@ -264,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(summary, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps({"summary": summary, "runs": runs}, indent=1))
+    if args.plot:
+        print("\n".join(plot(runs, args.plot)))
     return 0
 
 
