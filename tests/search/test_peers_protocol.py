@@ -181,6 +181,7 @@ def test_benchmark_helpers_import_one_way() -> None:
         "peers": {"nb201_protocol", "syne_tune_loop"},
         "curves": set(),
         "flat_peers": set(),  # run as a script in a peer's own venv: imports no helper
+        "anytime_peers": set(),  # the same, for the anytime benchmark (benchmarks/anytime.py)
         "soak": set(),
         "job_pool": set(),
         "kmeans": set(),  # the ASGD paper's K-means (kmeans_asgd.py, asgd_exchange.py)

@@ -142,8 +142,11 @@ def test_reseed_rng_changes_what_is_proposed(name: str) -> None:
         _run(study, CELL, 6)
         return [t.params for t in study.trials[6:]]
 
-    assert proposals(False) == proposals(False)  # the comparison below can fail
-    assert proposals(True) != proposals(False)
+    base = proposals(False)
+    assert proposals(False) == base  # the comparison below can fail
+    # a fresh seed may, by chance, propose the same few (the predictor's model picks the best
+    # child of the best trial whatever its seed, now and then): three tries
+    assert any(proposals(True) != base for _ in range(3))
 
 
 @pytest.mark.unit
