@@ -44,6 +44,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 FRACTIONS = (0.10, 0.25, 0.50, 1.00)
 TABLES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "benchmarks/tables").glob("*.jsonl.gz"))
 # tool -> (strategy section, pruner section) of its study file
+OURS = "detol"  # our default study, the one the goals are about
 TOOLS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "detol": ({}, {"name": "asha", "promote": True}),
     "random+asha": ({"name": "random"}, {"name": "asha"}),
@@ -159,7 +160,7 @@ def regret_at(trace: list[tuple[float, float]], t: float) -> float | None:
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per table and workers: each tool's mean and SE regret at each fraction, its average
-    rank there, and the time to reach the best other tool's final mean regret."""
+    rank there, and how much sooner ours reaches the best peer's final mean regret."""
     out: dict[str, Any] = {}
     keys = sorted({(r["table"], r["workers"]) for r in runs})
     for table, workers in keys:
@@ -194,23 +195,92 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
                     ranks.append(below + (equal + 1) / 2)
                 cell["tools"][tool].setdefault("rank", {})[f"{int(f * 100)}%"] = (
                     statistics.fmean(ranks))
-        for tool in tools:  # time to reach the best other tool's final mean regret
-            others = [cell["tools"][t]["regret"]["100%"]["mean"] for t in tools if t != tool]
-            others = [v for v in others if v is not None]
-            if not others:
-                continue
-            goal = min(others)
-            times = []
-            for s in seeds:
-                r = next(x for x in mine if x["tool"] == tool and x["seed"] == s)
-                hit = next((t for t, v in r["trace"] if v <= goal), None)
-                times.append(hit)
-            reached = [t for t in times if t is not None]
-            cell["tools"][tool]["to_best_other"] = {
-                "goal": goal, "reached": len(reached), "seeds": len(times),
-                "mean_s": statistics.fmean(reached) if reached else None}
+        peers = [t for t in tools if t not in TOOLS] or [t for t in tools if t != OURS]
+        finals_ = {t: cell["tools"][t]["regret"]["100%"]["mean"] for t in peers}
+        finals_ = {t: v for t, v in finals_.items() if v is not None}
+        if OURS in tools and finals_:
+            best = min(finals_, key=lambda t: finals_[t])
+            traces = {t: [r["trace"] for r in mine if r["tool"] == t] for t in (OURS, best)}
+            cell["speedup"] = {"ours": OURS, "best_peer": best, "goal": finals_[best],
+                               **speedup(traces[OURS], traces[best], budget)}
         out[f"{table} w{workers}"] = cell
+    cells = list(out.values())
+    tools_all = sorted({t for c in cells for t in c["tools"]})
+    out["average rank"] = {  # over every table and worker count (the goals' table)
+        t: {f: statistics.fmean(c["tools"][t]["rank"][f] for c in cells if t in c["tools"])
+            for f in (f"{int(x * 100)}%" for x in FRACTIONS)} for t in tools_all}
     return out
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    """The docs' tables: average rank, then each table and worker count's regret and the
+    speed-up against the best peer."""
+    cols = [f"{int(x * 100)}%" for x in FRACTIONS]
+    ranks = summary["average rank"]
+    lines = ["| tool | " + " | ".join(f"rank at {c}" for c in cols) + " |",
+             "|---|" + "---|" * len(cols)]
+    for t in sorted(ranks, key=lambda t: ranks[t]["100%"]):
+        lines.append(f"| {t} | " + " | ".join(f"{ranks[t][c]:.2f}" for c in cols) + " |")
+    for key, cell in summary.items():
+        if key == "average rank":
+            continue
+        lines += ["", f"**{key}** (budget {cell['budget_s']:.0f} simulated s)", "",
+                  "| tool | " + " | ".join(f"regret at {c}" for c in cols) + " |",
+                  "|---|" + "---|" * len(cols)]
+        for t, st in sorted(cell["tools"].items(), key=lambda kv: kv[1]["rank"]["100%"]):
+            vals = [st["regret"][c] for c in cols]
+            lines.append(f"| {t} | " + " | ".join(
+                "-" if v["mean"] is None else f"{v['mean']:.3f} ± {v['se'] or 0:.3f}"
+                for v in vals) + " |")
+        sp = cell.get("speedup")
+        if sp:
+            ratio = "not reached" if sp["ratio"] is None else (
+                f"{sp['ratio']:.2f} ± {sp['se'] or 0:.2f}")
+            lines += ["", f"time for {sp['ours']} to reach {sp['best_peer']}'s final regret "
+                      f"({sp['goal']:.3f}) / {sp['best_peer']}'s own: {ratio} (reached in "
+                      f"{sp['reached']:.0%} of bootstrap resamples)"]
+    return "\n".join(lines)
+
+
+def _grid(budget: float, traces: list[list[tuple[float, float]]], points: int = 400) -> list:
+    first = min((t[0][0] for t in traces if t), default=budget)
+    return [first * (budget / first) ** (k / (points - 1)) for k in range(points)]
+
+
+def reach_time(traces: list[list[tuple[float, float]]], goal: float,
+               grid: list[float]) -> float | None:
+    """The first moment the mean regret over ``traces`` (seeds) is at most ``goal``; a seed
+    without an incumbent yet counts as not there. None: never within the budget."""
+    for t in grid:
+        vals = [regret_at(tr, t) for tr in traces]
+        if all(v is not None for v in vals) and statistics.fmean(vals) <= goal + 1e-12:
+            return t
+    return None
+
+
+def speedup(ours: list[list[tuple[float, float]]], peer: list[list[tuple[float, float]]],
+            budget: float, resamples: int = 200) -> dict[str, Any]:
+    """How much sooner our mean regret reaches the best peer's final mean regret than the
+    peer's own mean does: ``ratio`` = our time / the peer's time (<= 0.5: >= 2x faster), with a
+    bootstrap standard error over seeds (each tool's seeds resampled); ``reached``: the share
+    of resamples in which ours got there within the budget."""
+    import random
+
+    grid = _grid(budget, ours + peer)
+
+    def ratio(a: list, b: list) -> float | None:
+        ends = [regret_at(tr, budget) for tr in b]
+        goal = statistics.fmean(v for v in ends if v is not None)
+        tb, ta = reach_time(b, goal, grid), reach_time(a, goal, grid)
+        return None if ta is None or tb is None else ta / tb
+
+    point = ratio(ours, peer)
+    rng = random.Random(0)
+    boot = [ratio([rng.choice(ours) for _ in ours], [rng.choice(peer) for _ in peer])
+            for _ in range(resamples)]
+    got = [b for b in boot if b is not None]
+    return {"ratio": point, "se": statistics.stdev(got) if len(got) > 1 else None,
+            "reached": len(got) / len(boot)}
 
 
 def plot(runs: list[dict[str, Any]], directory: str) -> list[str]:
@@ -315,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
                     runs.append({"table": table.name, "workers": workers, "seed": seed,
                                  "tool": tool, "budget_s": budget_s, **r})
     summary = summarise(runs)
-    print(json.dumps(summary, indent=1))
+    print(markdown(summary))
     if args.json:
         Path(args.json).write_text(json.dumps({"summary": summary, "runs": runs}, indent=1))
     if args.plot:

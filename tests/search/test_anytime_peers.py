@@ -87,3 +87,23 @@ def test_the_incumbent_is_the_best_latest_report_scored_by_its_final_value(
     trace = incumbent_trace(table, reports)
     assert trace == [(1.0, 2 / 3), (2.0, 4 / 3), (4.0, 0.0)]
     assert regret_at(trace, 0.5) is None and regret_at(trace, 3.5) == pytest.approx(4 / 3)
+
+
+def test_the_speedup_is_our_time_to_the_best_peers_final_regret_over_its_own() -> None:
+    from anytime import speedup, summarise
+
+    ours = [[(1.0, 0.9), (2.0, 0.1)], [(1.0, 0.5), (2.0, 0.1)]]  # mean 0.1 from t = 2
+    peer = [[(1.0, 0.8), (4.0, 0.1)], [(1.0, 0.6), (4.0, 0.1)]]  # mean 0.1 from t = 4
+    sp = speedup(ours, peer, budget=10.0)
+    assert sp["ratio"] == pytest.approx(0.5, rel=0.02) and sp["reached"] == 1.0  # 2x faster
+    assert speedup(peer, ours, budget=10.0)["ratio"] == pytest.approx(2.0, rel=0.02)
+    never = [[(1.0, 0.9)], [(1.0, 0.9)]]
+    assert speedup(never, peer, budget=10.0)["ratio"] is None
+    runs = [{"table": "t", "workers": 1, "seed": s, "tool": tool, "budget_s": 10.0, "trace": tr}
+            for tool, traces in (("detol", ours), ("dehb", peer)) for s, tr in enumerate(traces)]
+    summary = summarise(runs)
+    cell = summary["t w1"]
+    assert cell["speedup"]["best_peer"] == "dehb" and cell["speedup"]["goal"] == 0.1
+    # at 25 % (2.5 s) ours is at 0.1 and the peer at 0.7: ranks 1 and 2; at the end both 0.1
+    assert summary["average rank"]["detol"]["25%"] == 1.0
+    assert summary["average rank"]["dehb"]["100%"] == 1.5
