@@ -93,12 +93,13 @@ def trial_rows(storage: str, study_name: str, metric: str) -> tuple[list[dict[st
     study = optuna.load_study(study_name=study_name, storage=open_storage(storage))
     rows, distributions = [], {}
     for t in sorted(study.trials, key=lambda t: t.number):
-        if not t.state.is_finished():
-            continue
+        if not t.state.is_finished() or "parameters re-queued" in str(
+                t.user_attrs.get("exit_reason", "")):
+            continue  # (a trial cut off by a stopped recording: its retry is the row)
         history = t.user_attrs.get("history") or []
         curve = [float(row[metric]) for row in history if metric in row]
         clock = [float(row["train_time_s"]) for row in history if metric in row]
-        epoch_s = [b - a for a, b in zip([0.0, *clock[:-1]], clock, strict=True)]
+        epoch_s = [b - a for a, b in zip([0.0, *clock], clock, strict=False)]
         rows.append({"trial": t.number, "params": t.params, "state": t.state.name.lower(),
                      "curve": curve, "epoch_s": epoch_s,
                      "start_s": t.user_attrs.get("launch_overhead_s"),
