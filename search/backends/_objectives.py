@@ -110,6 +110,13 @@ def benchmark_space_check(text: str) -> Callable[[Any], None]:
     return importlib.import_module(BENCHMARKS[text.partition(":")[0]]).check_family  # type: ignore[no-any-return]
 
 
+def benchmark_recorded_study(text: str) -> str | None:
+    """The study file a benchmark table was recorded from (``curves:PATH``), else None."""
+    module = importlib.import_module(BENCHMARKS[text.partition(":")[0]])
+    recorded = getattr(module, "recorded_study", None)
+    return None if recorded is None else recorded(text.partition(":")[2])
+
+
 def is_benchmark(text: str | None) -> bool:
     return text is not None and text.partition(":")[0] in BENCHMARKS
 

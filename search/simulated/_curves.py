@@ -169,6 +169,12 @@ def check_name(path: str) -> None:
     load_table(path)
 
 
+def recorded_study(path: str) -> str:
+    """The study file the table at ``path`` was recorded from: a study that replays it must
+    search that space (checked by the study file, up front)."""
+    return load_table(path).study
+
+
 def check_family(family: object | None) -> None:
     """Any space: the table's recording study says which (see :func:`check_space`)."""
 

@@ -25,6 +25,7 @@ from pydantic_core import ErrorDetails
 import spaces
 from search._errors import StudyError, plain, pydantic_message, words
 from search.backends._objectives import (
+    benchmark_recorded_study,
     benchmark_space_check,
     check_objective,
     is_benchmark,
@@ -268,9 +269,31 @@ class StudyFile(_Strict):
             except ValueError as exc:
                 where, _, message = str(exc).partition(": ")
                 problems.append(StudyError(where, message))
+            problems += self._recorded_space_problems()
         if problems:
             raise StudyError.many(problems)
         return self
+
+    def _recorded_space_problems(self) -> list[StudyError]:
+        """A table recorded from a study (``curves:PATH``) answers that study's space only:
+        another ``[space]`` would be answered by the nearest configuration of another space."""
+        try:
+            recorded = benchmark_recorded_study(str(self.objective))
+        except (OSError, ValueError):
+            return []  # no such table: the objective's own check says so
+        if recorded is None:
+            return []
+        try:
+            theirs = parse_study(tomllib.loads(recorded))
+        except (tomllib.TOMLDecodeError, StudyError):
+            return [StudyError("objective", "the table's recording study file does not parse")]
+        if (self.space, self.space_genome) == (theirs.space, theirs.space_genome):
+            return []
+        names = sorted(set(self.space) ^ set(theirs.space)) or sorted(
+            n for n in self.space if self.space[n] != theirs.space.get(n)) or ["genome"]
+        return [StudyError("space", f"must be the space the table was recorded with (see its "
+                                    f"study file: the header's \"study\"); differs in "
+                                    f"{', '.join(names)}")]
 
     def _trained_metric_problems(self) -> list[StudyError]:
         """Metrics a trained trial cannot report with this [training]: accuracy in a regression,

@@ -40,7 +40,9 @@ DEPTH = IntDistribution(1, 3)
 
 def _table(path: Path, rows: list[dict[str, Any]], epochs: int = 4,
            direction: str = "maximize") -> str:
-    study = ('name = "t"\n[space]\nx = { type = "float", low = 0.001, high = 1.0, log = true }\n'
+    # (a function objective: its [space] names are free, as a plug-in model's are)
+    study = ('name = "t"\nobjective = "builtins:print"\n[space]\n'
+             'x = { type = "float", low = 0.001, high = 1.0, log = true }\n'
              'kind = { type = "categorical", choices = ["a", "b"] }\n')
     write_header(str(path), name="t", metric="val_accuracy", direction=direction,
                  epochs=epochs, study=study)
@@ -196,3 +198,23 @@ def test_the_budget_timeout_is_simulated_seconds(client: Client, tmp_path: Path)
     starts = [t.user_attrs["sim_start_s"] for t in study.get_trials(deepcopy=False)]
     assert max(starts) <= 12.0 < driver.sim_clock  # none started after it; those running end
     assert len(starts) >= 4
+
+
+@pytest.mark.unit
+def test_a_study_must_search_the_space_the_table_was_recorded_with(tmp_path: Path) -> None:
+    from search._errors import StudyError
+
+    path = _grid(tmp_path / "s.jsonl.gz")
+    base = {"name": "replay", "objective": f"curves:{path}", "metric": "val_accuracy",
+            "direction": "maximize", "training": {"epochs": 4},
+            "space": {"x": {"type": "float", "low": 1e-3, "high": 1.0, "log": True},
+                      "kind": {"type": "categorical", "choices": ["a", "b"]}}}
+    parse_study(base)  # the recorded space: fine
+    other = {**base, "space": {**base["space"], "x": {"type": "float", "low": 1e-3,
+                                                      "high": 1.0}}}
+    with pytest.raises(StudyError, match=r"space: must be the space the table was recorded "
+                                         r"with .*differs in x"):
+        parse_study(other)
+    fewer = {**base, "space": {"x": base["space"]["x"]}}
+    with pytest.raises(StudyError, match="differs in kind"):
+        parse_study(fewer)
