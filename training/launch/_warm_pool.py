@@ -164,6 +164,7 @@ class WarmPool:
         data = json.dumps({**message, "error_dir": str(error_dir)}).encode() + b"\n"
         sent = False
         stopped = ""
+        self._watch.trial_timeout_s = timeout_s  # a start may take a third of it at most
         try:
             while True:
                 if self._conn is not None and not sent:
@@ -199,7 +200,6 @@ class WarmPool:
                 elif self._conn is None and os.path.basename(self.launcher[0]) == "srun":
                     stopped = still_queued(self._output(), self._started)
                 if not stopped and self._conn is None:  # stuck before MPI_Init is through?
-                    self._watch.trial_timeout_s = timeout_s
                     stopped = self._watch.stuck(self._output())
                     self.never_started = bool(stopped) and self.trials_served == 0
                 if stopped:
