@@ -42,6 +42,7 @@ from __future__ import annotations
 import functools
 import gzip
 import json
+import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -198,14 +199,10 @@ class _Index:
             len(table.params), len(self.names))
 
     def encode(self, name: str, value: Any) -> float:
-        import math
-
-        from optuna.distributions import CategoricalDistribution
-
         d = self.dists[name]
         if value is None:
             return math.nan
-        if isinstance(d, CategoricalDistribution):
+        if self.categorical[self.names.index(name)]:
             return float(d.choices.index(value)) if value in d.choices else -2.0
         low, high, log = float(d.low), float(d.high), bool(getattr(d, "log", False))
         if high == low:
