@@ -28,13 +28,16 @@ per table, workers and seed); time to reach the best other tool's final mean reg
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
 import time
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -330,11 +333,59 @@ def plot(runs: list[dict[str, Any]], directory: str) -> list[str]:
     return written
 
 
+@dataclass(frozen=True)
+class Job:
+    table: str  # the table's path
+    workers: int
+    seed: int
+    tool: str
+    budget: float  # in mean full trainings
+
+
+@functools.lru_cache(maxsize=8)
+def _table(path: str) -> Any:
+    from search.simulated._curves import load_table
+
+    return load_table(path)
+
+
+def run_job(job: Job, peers_python: str | None) -> dict[str, Any]:
+    """One run (ours in this process, a peer in its environment), with its trace; a run that
+    failed carries its error (never raised: the other runs go on)."""
+    import nb201  # benchmarks/nb201.py: the in-process Dask client of the table benchmarks
+
+    table = _table(job.table)
+    budget_s = job.budget * full_time(table)
+    out: dict[str, Any] = {"table": table.name, "path": job.table, "workers": job.workers,
+                           "seed": job.seed, "tool": job.tool, "budget": job.budget,
+                           "budget_s": budget_s, "error": None}
+    try:
+        if job.tool in TOOLS:
+            out |= run_tool(table, job.tool, workers=job.workers, seed=job.seed,
+                            budget_s=budget_s, client=nb201._client())
+        else:
+            out |= run_peer(table, job.tool, workers=job.workers, seed=job.seed,
+                            budget_s=budget_s, peers_python=peers_python)
+    except Exception as exc:  # noqa: BLE001 -- reported, and the run is left out of the tables
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    out["load1"] = round(os.getloadavg()[0], 2)
+    return out
+
+
+def _describe(r: dict[str, Any]) -> str:
+    if r["error"]:
+        return f"{r['table']} w{r['workers']} s{r['seed']} {r['tool']} ERROR {r['error']}"
+    final = regret_at(r["trace"], r["budget_s"])
+    return (f"{r['table']} w{r['workers']} s{r['seed']} {r['tool']:20s} regret "
+            f"{'-' if final is None else f'{final:.3f}'} trials {r['trials']} "
+            f"({r['wall_s']} s, load {r['load1']})")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--table", action="append", help="a detol-curves table (repeatable; "
                    "default: every benchmarks/tables/*.jsonl.gz)")
-    p.add_argument("--workers", default="1,8,32")
+    p.add_argument("--workers", default="1,8,32", help="simulated worker counts (1,8,32)")
     p.add_argument("--seeds", type=int, default=20)
     p.add_argument("--tools", default=",".join(TOOLS),
                    help="ours and peers (benchmarks/_common/anytime_peers.py), comma-separated")
@@ -342,6 +393,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="simulated budget in full trainings (mean, start included) per worker "
                         "count's clock (20)")
     p.add_argument("--json", help="write runs and summary here")
+    p.add_argument("--runs", help="append each finished run here (JSON lines)")
+    p.add_argument("--resume", action="store_true", help="skip the runs already in --runs")
+    p.add_argument("--jobs", type=int, default=1, help="runs at once (processes; 1)")
+    p.add_argument("--max-minutes", type=float, help="start no run after this many minutes")
     p.add_argument("--peers-python", help="the peers' Python (benchmarks/peers_venv.sh)")
     p.add_argument("--plot", metavar="DIR", help="write DIR/anytime-TABLE.png per table")
     p.add_argument("--replot", metavar="JSON", help="only plot the runs of a written --json")
@@ -351,46 +406,53 @@ def main(argv: list[str] | None = None) -> int:
             p.error("--replot needs --plot DIR")
         print("\n".join(plot(json.loads(Path(args.replot).read_text())["runs"], args.plot)))
         return 0
-    import nb201  # benchmarks/nb201.py: the in-process Dask client of the table benchmarks
-
-    from search.simulated._curves import load_table
+    import nb201
+    from _common import job_pool
+    from _common.anytime_peers import PEERS
 
     tables = args.table or TABLES
     if not tables:
         p.error("no table: record one (benchmarks/record_curves.py) or pass --table")
-    from _common.anytime_peers import PEERS
-
+    for path in tables:
+        if not Path(path).is_file():
+            p.error(f"--table: no such file {path!r}")
     tools = args.tools.split(",")
     unknown = [t for t in tools if t not in TOOLS and t not in PEERS]
     if unknown:
         p.error(f"--tools: unknown {unknown} (known: {list(TOOLS)} and peers {list(PEERS)})")
-    client = nb201._client()
-    runs = []
-    for path in tables:
-        table = load_table(path)
-        budget_s = args.budget * full_time(table)
-        for workers in [int(w) for w in args.workers.split(",")]:
-            for seed in range(args.seeds):
-                for tool in tools:
-                    if tool in TOOLS:
-                        r = run_tool(table, tool, workers=workers, seed=seed, budget_s=budget_s,
-                                     client=client)
-                    else:
-                        r = run_peer(table, tool, workers=workers, seed=seed, budget_s=budget_s,
-                                     peers_python=args.peers_python)
-                    final = regret_at(r["trace"], budget_s)
-                    print(f"{table.name} w{workers} s{seed} {tool:14s} regret "
-                          f"{'-' if final is None else f'{final:.3f}'} trials {r['trials']} "
-                          f"({r['wall_s']} s)", flush=True)
-                    runs.append({"table": table.name, "workers": workers, "seed": seed,
-                                 "tool": tool, "budget_s": budget_s, **r})
+    if args.peers_python:
+        if not os.path.isfile(args.peers_python):
+            p.error(f"--peers-python: no such file {args.peers_python!r} "
+                    "(benchmarks/peers_venv.sh makes it)")
+        args.peers_python = os.path.abspath(args.peers_python)
+    if args.resume and not args.runs:
+        p.error("--resume needs --runs PATH")
+    runs_path = Path(args.runs) if args.runs else None
+    old: list[dict[str, Any]] = []
+    if runs_path and args.resume and runs_path.exists():
+        old = [json.loads(line) for line in runs_path.read_text().splitlines() if line.strip()]
+        old = [r for r in old if not r.get("error")]
+    have = {(r["path"], r["workers"], r["seed"], r["tool"], r["budget"]) for r in old}
+    workers = [int(w) for w in args.workers.split(",")]
+    # Seed by seed, every tool, table and worker count: a run cut short stays balanced.
+    jobs = [Job(path, w, s, t, args.budget) for s in range(args.seeds) for w in workers
+            for path in tables for t in tools]
+    jobs = [j for j in jobs if (j.table, j.workers, j.seed, j.tool, j.budget) not in have]
+    new = job_pool.run_jobs(jobs, functools.partial(run_job, peers_python=args.peers_python),
+                            workers=args.jobs, initializer=nb201._pool_init,
+                            runs_path=runs_path, max_minutes=args.max_minutes,
+                            describe=_describe)
+    runs = [r for r in old + new if not r["error"]]
+    errors = [r for r in new if r["error"]]
+    for r in errors:
+        print(_describe(r), file=sys.stderr)
     summary = summarise(runs)
     print(markdown(summary))
     if args.json:
         Path(args.json).write_text(json.dumps({"summary": summary, "runs": runs}, indent=1))
     if args.plot:
         print("\n".join(plot(runs, args.plot)))
-    return 0
+    return 1 if errors else 0
 
 
 if __name__ == "__main__":

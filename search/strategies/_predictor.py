@@ -11,6 +11,11 @@ uniform draws from the space.
 - **Asynchrony** ("kriging believer"): every running or waiting trial is added to the model at
   its predicted mean, so its uncertainty collapses there and concurrent asks spread out instead
   of piling onto one region.
+- **Partial curves** (``partial``, on by default; BOHB's rule, Falkner et al. 2018): until
+  ``startup_trials`` configurations are complete, the model is fitted on the epoch that the most
+  configurations reached and at least ``startup_trials`` did: each configuration's value there,
+  read from its reported curve (a paused or pruned trial's, a promoted continuation's). Under
+  early stopping few trials complete, and without this the proposals stay uniform draws.
 - **Never a repeat**: a candidate the study holds (evaluated, running, waiting; canonical genome
   key) is not proposed.
 - **State**: rebuilt from storage on every ask (a resumed study goes on as an uninterrupted one
@@ -25,6 +30,7 @@ uniform draws from the space.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -65,6 +71,7 @@ _PRIOR_FADE = 20  # ... times (1 + own results / _PRIOR_FADE)
 _RELEVANCE_AFTER = 5  # own results before the source's rank correlation weighs it
 _CACHE = 100_000  # candidate embeddings kept before the cache is cleared
 _PENDING = (TrialState.RUNNING, TrialState.WAITING)
+_FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 _Known = tuple[Any, dict[str, Any]]  # (candidate key, params)
 _Prior = tuple[list[_Known], np.ndarray, np.ndarray]  # known points, vectors, normal scores
 
@@ -95,6 +102,7 @@ class PredictorSampler(ProposalSampler):
         beta: float = 1.0,
         embedding: str = "path+wl",
         window: int | None = 100,
+        partial: bool = True,
         seed: int | None = None,
     ) -> None:
         super().__init__(space=space, seed=seed)
@@ -145,6 +153,9 @@ class PredictorSampler(ProposalSampler):
         # the complete trials with a candidate key, kept incrementally (no O(n) work per ask
         # beyond Optuna's listing of the trials)
         self._complete = CompleteSoFar(lambda study, t: self._trial_key(study, t) is not None)
+        # per study: the reported curves of its finished trials, by epoch (see ``partial``)
+        self._partial = partial
+        self._curves: dict[tuple[int, int], PartialCurves] = {}
 
     # -- warm start --------------------------------------------------------------------------
 
@@ -199,9 +210,18 @@ class PredictorSampler(ProposalSampler):
                 study, by_number, size=self._window, best=self._window // 10, fresh=fresh
             )
         prior = self._prior
+        values = None
+        if len(done) < self._startup and self._partial:
+            curves = self._curves.setdefault(study_key(study), PartialCurves())
+            curves.update(study, lambda t: self._trial_key(study, t))
+            at = curves.at_least(self._startup)
+            if at is not None:
+                done = _recent_and_best(list(at.values()), sign(study), self._window)
+                values = [v for _, v in done]
+                done = [t for t, _ in done]
         if len(done) < self._startup and prior is None:
             return self.random_unique(rng, seen)
-        gp, known, means = self._model(study, trial, done, prior)
+        gp, known, means = self._model(study, trial, done, prior, values)
         best = float(means[: len(done)].max()) if done else float(means.max())
         candidates = self._candidates_from(known, means, seen, rng)
         if not candidates:
@@ -216,13 +236,17 @@ class PredictorSampler(ProposalSampler):
         trial: FrozenTrial,
         done: list[FrozenTrial],
         prior: _Prior | None,
+        values: list[float] | None = None,
     ) -> tuple[GaussianProcess, list[_Known], np.ndarray]:
         """The model with running trials believed; the known candidates (own, then source) and
-        the model's mean at each."""
+        the model's mean at each. ``values``: each of ``done``'s value to model (default: its
+        objective value)."""
         s = sign(study)
+        if values is None:
+            values = [t.values[0] for t in done]
         known = [(self._trial_key(study, t), t.params) for t in done]
         xs = [self._vector(study, t) for t in done]
-        ys = [normal_scores(np.array([s * t.values[0] for t in done]))] if done else []
+        ys = [normal_scores(np.array([s * v for v in values]))] if done else []
         noise = [np.zeros(len(done))]
         if prior is not None:
             weight = self._relevance(np.array(xs), ys[0]) if done else 1.0
@@ -355,6 +379,49 @@ class PredictorSampler(ProposalSampler):
         vector = self._embed(dict(t.params)) * self._weights
         self._vectors[where] = (len(t.params), vector)
         return vector
+
+
+class PartialCurves:
+    """One study's reported curves, by epoch: ``epoch -> {candidate key: (trial, value)}``, over
+    its finished trials (complete or pruned: a paused trial is a pruned one, and their curves
+    never change again), each trial looked at once. A promoted continuation starts with its
+    parent's values, so a configuration's value at an epoch is the same whichever of its
+    trials holds it."""
+
+    def __init__(self) -> None:
+        self._seen: set[int] = set()
+        self._at: dict[int, dict[tuple[Any, ...], tuple[FrozenTrial, float]]] = {}
+
+    def update(self, study: Study, key_of: Any) -> None:
+        """Take in the trials new since the last call (``key_of(trial)``: its candidate key,
+        None for one that is not modelled)."""
+        for t in trials_of_this_ask(study, _FINISHED):
+            if t._trial_id in self._seen:  # noqa: SLF001
+                continue
+            self._seen.add(t._trial_id)  # noqa: SLF001
+            key = key_of(t)
+            if key is None:
+                continue
+            for epoch, value in t.intermediate_values.items():
+                if math.isfinite(value):
+                    self._at.setdefault(epoch, {}).setdefault(key, (t, value))
+
+    def at_least(self, n: int) -> dict[tuple[Any, ...], tuple[FrozenTrial, float]] | None:
+        """The configurations at the highest epoch that at least ``n`` of them reached."""
+        epochs = [e for e, v in self._at.items() if len(v) >= n]
+        return self._at[max(epochs)] if epochs else None
+
+
+def _recent_and_best(points: list[tuple[FrozenTrial, float]], s: float, window: int | None,
+                     ) -> list[tuple[FrozenTrial, float]]:
+    """At most ``window`` points: the best tenth and the most recent (by trial number)."""
+    if not window or len(points) <= window:
+        return points
+    ranked = sorted(points, key=lambda p: (-s * p[1], p[0].number))
+    best = ranked[: window // 10]
+    kept = {id(p[0]) for p in best}
+    rest = sorted((p for p in points if id(p[0]) not in kept), key=lambda p: -p[0].number)
+    return best + rest[: window - len(best)]
 
 
 def unit_weights(space: spaces.Space, embed: spaces.SpaceEmbedding) -> np.ndarray:

@@ -172,6 +172,7 @@ def _predictor(
         beta=options["beta"],
         embedding=options["embedding"],
         window=options["window"] or None,
+        partial=options["partial"],
         seed=seed,
     )
 
@@ -236,6 +237,9 @@ STRATEGY_OPTIONS: dict[str, dict[str, Any]] = {
         # kind measured on NAS-Bench-201 with this GP; the embedding's own default may differ)
         "embedding": "path+wl",
         "window": 100,  # complete trials the GP is fitted on (best tenth + most recent; 0: all)
+        # until startup_trials are complete: fit on the partial curves (BOHB's rule: the
+        # highest epoch that startup_trials configurations reached; docs/anytime.md)
+        "partial": True,
     },
 }
 

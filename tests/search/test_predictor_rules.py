@@ -793,3 +793,47 @@ def test_each_parent_s_children_come_from_a_stream_of_their_own() -> None:
     assert len(low) == len(high) == 36
     alike = [a == b or abs((a - 0.3) - (b - 0.6)) < 1e-9 for a, b in zip(low, high, strict=True)]
     assert not any(alike)
+
+
+# -- partial curves (BOHB's rule) ------------------------------------------------------------
+
+
+def _paused(study: optuna.Study, n: int, epochs: int, score: Any = _score) -> list[dict[str, Any]]:
+    """``n`` trials that report ``epochs`` epochs (value at epoch e: score + e) and pause there
+    (pruned, as pause-and-promote tells Optuna)."""
+    out = []
+    for _ in range(n):
+        trial = study.ask()
+        params = FLAT.suggest(trial)
+        for e in range(1, epochs + 1):
+            trial.report(score(params) + e, e)
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        out.append(dict(trial.params))
+    return out
+
+
+def test_paused_trials_curves_are_modelled_before_startup_trials_complete(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    study = _study(startup_trials=4)
+    _paused(study, 3, epochs=3)
+    _paused(study, 2, epochs=1)  # epoch 1: five configurations, epoch 3: three
+    calls = _spy_fit(monkeypatch)
+    asked = _paused(study, 1, epochs=1)
+    (call,) = calls  # none complete, yet a model: fitted at epoch 1, the highest with >= 4
+    values = [_score(t.params) + 1 for t in study.trials[:5]]
+    np.testing.assert_allclose(call["y"], normal_scores(np.array(values)))
+    _paused(study, 1, epochs=3)  # epoch 3 now has four: the model moves up to it
+    calls.clear()
+    _paused(study, 1, epochs=1)
+    values = [_score(t.params) + 3 for t in study.trials if len(t.intermediate_values) == 3]
+    np.testing.assert_allclose(calls[0]["y"], normal_scores(np.array(values)))
+    off = _study(startup_trials=4, partial=False)
+    _paused(off, 5, epochs=1)
+    assert asked != _paused(off, 1, epochs=1)  # off: the same seed's sixth uniform draw
+
+
+def test_a_search_that_never_completes_a_trial_proposes_as_if_its_curves_were_results() -> None:
+    complete = _run(_study(startup_trials=4), 14)
+    assert _paused(_study(startup_trials=4), 14, epochs=1) == complete  # the same ranks
+    assert _paused(_study(startup_trials=4, partial=False), 14, epochs=1) != complete
