@@ -199,6 +199,10 @@ class Strategy(_Strict):
     embedding: str | None = Field(
         None, description="predictor: spaces.SpaceEmbedding kind, e.g. 'path+wl', 'onehot+wl1'"
     )
+    partial: bool | None = Field(
+        None, description="predictor: until startup_trials complete, model the highest epoch "
+        "that startup_trials configurations reached (paused, pruned; BOHB's rule)"
+    )
     warm_start: Annotated[list[WarmSource] | None, BeforeValidator(_warm_sources)] = Field(
         None,
         description="earlier studies whose best candidates run first (search/driver/_warm_start.py)"
