@@ -99,3 +99,28 @@ def test_one_sampler_keeps_a_window_per_study(given: dict[str, list[int]]) -> No
     assert given["complete"] == [3, 4, 5, *range(13, 40)]
     _ask(sampler, second)
     assert given["complete"] == [0, 1, 2, *range(13, 40)]  # its own best, not the first's
+
+
+def _proposals(values: list[float], direction: str) -> list[float]:
+    """The next three x a seeded GP proposes after trials at x = 0, 0.1, ..., with ``values``."""
+    study = optuna.create_study(direction=direction,
+                                sampler=WindowedGPSampler(seed=3, n_startup_trials=2))
+    for i, v in enumerate(values):
+        study.add_trial(create_trial(params={"x": i / 10}, distributions=DIST, value=v))
+    out = []
+    for _ in range(3):
+        trial = study.ask(DIST)
+        out.append(trial.params["x"])
+        study.tell(trial, (trial.params["x"] - 0.35) ** 2 * (1 if direction == "minimize" else -1))
+    return out
+
+
+@pytest.mark.parametrize("direction", ["minimize", "maximize"])
+def test_one_diverged_value_weighs_no_more_than_the_worst_ordinary_one(direction: str) -> None:
+    sign = 1.0 if direction == "minimize" else -1.0
+    values = [sign * (i / 10 - 0.35) ** 2 for i in range(8)]
+    diverged = [*values[:3], sign * 1e6, *values[4:]]  # the fourth trial's loss blew up
+    # the same rank: worse than any (x - 0.35)^2 the search can see, but no outlier
+    merely_worst = [*values[:3], sign * 0.5, *values[4:]]
+    assert _proposals(diverged, direction) == _proposals(merely_worst, direction)
+    assert _proposals(values, direction) != _proposals(merely_worst, direction)  # it did read it
