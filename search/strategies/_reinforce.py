@@ -6,6 +6,10 @@ of the (log) range, drawn uniformly inside. After each COMPLETE trial the logits
 took move along ``advantage * grad log p + entropy_weight * grad H``, where the advantage is the
 reward minus a moving-average baseline (decay ``baseline_decay``), scaled by the moving standard
 deviation of that difference and clipped to [-3, 3] so one learning rate fits any metric's scale.
+The reward is not the value itself but its rank among the results replayed so far, through the
+inverse normal CDF: a diverged run (a loss 10x the median, or 1e30) is then just the worst result
+so far, where as a raw reward it would drag the baseline and inflate the deviation for dozens of
+updates.
 
 Asynchrony: with trials running, a result comes back for a draw an older policy made. With
 ``importance_weights``, the draw's log-probability under the policy that proposed it is stored on
@@ -21,6 +25,7 @@ avoid).
 
 from __future__ import annotations
 
+import bisect
 import math
 import threading
 from dataclasses import dataclass, field
@@ -48,6 +53,7 @@ from search.strategies._base import (
     study_key,
     to_unit,
 )
+from search.strategies._surrogate import probit
 
 _TRIES = 50  # policy draws tried to find a candidate that is not a repeat
 _CLIP = 3.0  # largest scaled advantage
@@ -203,7 +209,8 @@ class ReinforceSampler(ProposalSampler):
         # per study: the trial numbers replayed so far (in order) and the policy they gave;
         # replaying updates that policy in place, so one thread at a time (optimize(n_jobs>1))
         self._lock = threading.Lock()
-        self._replayed: dict[tuple[int, int], tuple[list[int], Policy]] = {}
+        # (and the rewards so far, sorted: each new one is ranked among them)
+        self._replayed: dict[tuple[int, int], tuple[list[int], Policy, list[float]]] = {}
 
     def policy(self, study: Study) -> Policy:
         """The policy after replaying the study's COMPLETE trials (incrementally cached)."""
@@ -212,9 +219,10 @@ class ReinforceSampler(ProposalSampler):
 
     def _replay(self, study: Study) -> Policy:
         done = complete_in_order(study)
-        numbers, policy = self._replayed.get(study_key(study), ([], Policy(self._bins)))
+        numbers, policy, seen = self._replayed.get(
+            study_key(study), ([], Policy(self._bins), []))
         if [t.number for t in done[: len(numbers)]] != numbers:  # history changed: replay all
-            numbers, policy = [], Policy(self._bins)
+            numbers, policy, seen = [], Policy(self._bins), []
         s = sign(study)
         for t in done[len(numbers) :]:
             # Only the policy's own draws are its actions: a random fallback value is not.
@@ -222,14 +230,14 @@ class ReinforceSampler(ProposalSampler):
                      if FALLBACK_ATTR + n not in t.system_attrs}
             policy.update(
                 taken,
-                s * t.values[0],
+                rank_reward(seen, s * t.values[0]),
                 learning_rate=self._lr,
                 entropy_weight=self._entropy,
                 baseline_decay=self._decay,
                 weight=self._weight(policy, taken, t) if self._weights else 1.0,
             )
             numbers.append(t.number)
-        self._replayed[study_key(study)] = (numbers, policy)
+        self._replayed[study_key(study)] = (numbers, policy, seen)
         return policy
 
     @staticmethod
@@ -264,3 +272,12 @@ class ReinforceSampler(ProposalSampler):
                 trial._trial_id, LOGP_ATTR, {k: v for k, v in logp.items() if v is not None}  # noqa: SLF001
             )
         return recorder.params
+
+
+def rank_reward(seen: list[float], reward: float) -> float:
+    """``reward``'s mid-rank among ``seen`` and itself, through the inverse normal CDF (0 for the
+    median); ``reward`` joins ``seen`` (kept sorted)."""
+    below = bisect.bisect_left(seen, reward)
+    equal = bisect.bisect_right(seen, reward) - below
+    bisect.insort(seen, reward)
+    return float(probit(np.array([(below + 1 + equal / 2) / (len(seen) + 1)]))[0])

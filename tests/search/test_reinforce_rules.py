@@ -15,7 +15,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 
 import spaces
 from search.strategies import Policy, ReinforceSampler, candidate_key
-from search.strategies._reinforce import LOGP_ATTR
+from search.strategies._reinforce import LOGP_ATTR, rank_reward
 
 pytestmark = pytest.mark.unit  # starts no process or server (tests/_starts.py)
 
@@ -354,11 +354,11 @@ def test_the_defaults_are_the_documented_ones() -> None:
         SPACE.suggest(trial)
         study.tell(trial, v)
     policy = sampler.policy(study)
-    expected = Policy(8)
+    expected, seen = Policy(8), []
     for v in values:
         expected.update(
             {"c": (CAT, "c"), "x": (FLOAT, v)},
-            v,
+            rank_reward(seen, v),  # the value's rank among the results so far
             learning_rate=0.3,
             entropy_weight=0.0,
             baseline_decay=0.7,
@@ -542,11 +542,11 @@ def test_importance_weights_reach_the_update_only_when_asked_for() -> None:
             trial._trial_id, LOGP_ATTR, {"c": -1e6}
         )  # noqa: SLF001
         study.tell(trial, 5.0)
-        before = Policy(8)
+        before, seen = Policy(8), []
         for choice, value in (("a", 0.0), ("b", 1.0)):
             before.update(
                 {"c": (CAT, choice)},
-                value,
+                rank_reward(seen, value),
                 learning_rate=0.3,
                 entropy_weight=0.0,
                 baseline_decay=0.7,
@@ -560,7 +560,7 @@ def test_importance_weights_reach_the_update_only_when_asked_for() -> None:
         )
         plain.update(
             {"c": (CAT, study.trials[-1].params["c"])},
-            5.0,
+            rank_reward(seen, 5.0),
             learning_rate=0.3,
             entropy_weight=0.0,
             baseline_decay=0.7,
@@ -606,3 +606,19 @@ def test_concurrent_proposals_are_distinct_candidates() -> None:
     pending = [study.ask() for _ in range(6)]
     keys = {candidate_key(SPACE, SPACE.suggest(t) and t.params) for t in pending}
     assert len(keys) == 6
+
+
+def test_the_reward_is_the_results_rank_so_a_diverged_run_is_only_the_worst() -> None:
+    seen: list[float] = []
+    assert rank_reward(seen, 2.0) == 0.0  # the first: the median
+    assert rank_reward(seen, 3.0) > 0 > rank_reward(seen, -1e30)
+    assert rank_reward(seen, 2.0) == 0.0 and seen == [-1e30, 2.0, 2.0, 3.0]  # a tie: mid-rank
+    # a loss 1e6x the others moves the policy exactly as a loss merely worse than all does
+    logits = []
+    for outlier in (-1e6, -4.0):
+        study, sampler = _study()
+        for choice, value in (("a", 0.0), ("b", 1.0), ("c", 3.0), ("a", outlier), ("c", 2.5),
+                              ("b", 0.5)):
+            _tell(study, {"c": choice, "x": 1.0}, value)
+        logits.append(sampler.policy(study).logits["c"])
+    np.testing.assert_allclose(logits[0], logits[1])
