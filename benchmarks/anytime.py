@@ -48,8 +48,12 @@ FRACTIONS = (0.10, 0.25, 0.50, 1.00)
 TABLES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "benchmarks/tables").glob("*.jsonl.gz"))
 # tool -> (strategy section, pruner section) of its study file
 OURS = "detol"  # our default study, the one the goals are about
+VARIANTS = ("detol", "detol-shipped")  # ours and what it was: ranked each in the other's place
+BASELINES = ("one-epoch", "random+asha")  # the goals: beaten on every task by more than an SE
 TOOLS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "detol": ({}, {"name": "asha", "promote": True}),
+    # the default as shipped before issue 49: the predictor modelled complete trials only
+    "detol-shipped": ({"name": "predictor", "partial": False}, {"name": "asha", "promote": True}),
     "random+asha": ({"name": "random"}, {"name": "asha"}),
     "one-epoch": ({"name": "random"}, {"name": "top-half"}),
     "tpe+hyperband": ({"name": "tpe"}, {"name": "hyperband"}),
@@ -189,9 +193,12 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
             cell["tools"][tool] = {"regret": stats}
         for f in FRACTIONS:  # average rank over seeds (ties share the mean rank)
             for tool in tools:
+                # a variant of ours is ranked in our place: the others never see two of ours
+                field = [t for t in tools if t not in VARIANTS] + (
+                    [tool] if tool in VARIANTS else [OURS] if OURS in tools else [])
                 ranks = []
                 for s in seeds:
-                    vals = {t: at.get((t, s, f), math.inf) for t in tools}
+                    vals = {t: at.get((t, s, f), math.inf) for t in field}
                     mine_v = vals[tool]
                     below = sum(v < mine_v for v in vals.values())
                     equal = sum(v == mine_v for v in vals.values())
@@ -206,6 +213,13 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
             traces = {t: [r["trace"] for r in mine if r["tool"] == t] for t in (OURS, best)}
             cell["speedup"] = {"ours": OURS, "best_peer": best, "goal": finals_[best],
                                **speedup(traces[OURS], traces[best], budget)}
+        if OURS in tools:  # ours minus each baseline, paired by seed (< 0: ours better)
+            for base in [b for b in BASELINES if b in tools]:
+                cell.setdefault("against", {})[base] = {
+                    f"{int(f * 100)}%": paired([at[(OURS, s, f)] - at[(base, s, f)]
+                                                for s in seeds
+                                                if (OURS, s, f) in at and (base, s, f) in at])
+                    for f in FRACTIONS}
         out[f"{table} w{workers}"] = cell
     cells = list(out.values())
     tools_all = sorted({t for c in cells for t in c["tools"]})
@@ -213,6 +227,15 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         t: {f: statistics.fmean(c["tools"][t]["rank"][f] for c in cells if t in c["tools"])
             for f in (f"{int(x * 100)}%" for x in FRACTIONS)} for t in tools_all}
     return out
+
+
+def paired(diffs: list[float]) -> dict[str, Any]:
+    """Mean and standard error of paired differences (None where a side had no incumbent)."""
+    finite = [d for d in diffs if math.isfinite(d)]
+    if len(finite) < 2 or len(finite) != len(diffs):
+        return {"mean": None, "se": None, "n": len(diffs)}
+    return {"mean": statistics.fmean(finite),
+            "se": statistics.stdev(finite) / math.sqrt(len(finite)), "n": len(finite)}
 
 
 def markdown(summary: dict[str, Any]) -> str:
@@ -242,6 +265,11 @@ def markdown(summary: dict[str, Any]) -> str:
             lines += ["", f"time for {sp['ours']} to reach {sp['best_peer']}'s final regret "
                       f"({sp['goal']:.3f}) / {sp['best_peer']}'s own: {ratio} (reached in "
                       f"{sp['reached']:.0%} of bootstrap resamples)"]
+        for base, diff in cell.get("against", {}).items():
+            end = diff["100%"]
+            if end["mean"] is not None:
+                lines += ["", f"{OURS} minus {base}, final regret paired by seed: "
+                          f"{end['mean']:+.3f} ± {end['se']:.3f}"]
     return "\n".join(lines)
 
 
