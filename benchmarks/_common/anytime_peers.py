@@ -226,6 +226,7 @@ def run_synetune(h: Harness, seed: int, method: str) -> None:
     Its results go to a temporary folder (``SYNETUNE_FOLDER``), removed after."""
     os.environ["SYNETUNE_FOLDER"] = tempfile.mkdtemp(prefix="synetune-")
     import contextlib
+    import inspect
     import shutil
 
     import numpy as np
@@ -276,9 +277,12 @@ def run_synetune(h: Harness, seed: int, method: str) -> None:
             k = int(fidelity["epoch"]) - 1
             return {"value": out[k, 0], "elapsed_time": out[k, 1]}
 
-    scheduler = getattr(baselines, method)(
-        space, metric="value", time_attr="epoch", max_t=epochs,
-        do_minimize=not t.maximize, random_seed=seed)
+    cls = getattr(baselines, method)
+    if "do_minimize" in inspect.signature(cls).parameters:  # Syne Tune 0.14 and later
+        names = {"time_attr": "epoch", "do_minimize": not t.maximize}
+    else:  # 0.13, the last with MOBSTER and Hyper-Tune (benchmarks/peers_venv.sh: its own venv)
+        names = {"resource_attr": "epoch", "mode": "max" if t.maximize else "min"}
+    scheduler = cls(space, metric="value", max_t=epochs, random_seed=seed, **names)
     # Its tuner polls the workers every ``tuner_sleep_time`` simulated seconds (5 s by default:
     # longer than a whole diabetes trial); a twentieth of the median epoch keeps its scheduler
     # about as prompt as our driver on this clock.
@@ -308,6 +312,9 @@ def run_synetune(h: Harness, seed: int, method: str) -> None:
 PEERS: dict[str, Callable[[Harness, int], None]] = {
     "synetune-asha": lambda h, s: run_synetune(h, s, "ASHA"),
     "synetune-bohb": lambda h, s: run_synetune(h, s, "BOHB"),
+    # Syne Tune 0.13 (0.14 dropped them): its own environment, --peer-python TOOL=PATH
+    "synetune-mobster": lambda h, s: run_synetune(h, s, "MOBSTER"),
+    "synetune-hypertune": lambda h, s: run_synetune(h, s, "HyperTune"),
     "dehb": run_dehb,
     "smac-hyperband": lambda h, s: run_smac(h, s, "hb"),
     "smac-mf": lambda h, s: run_smac(h, s, "mf"),  # SMAC3's BOHB-like facade (RF + Hyperband)
