@@ -41,7 +41,7 @@ done
 #   --peer-python synetune-mobster=VENV-synetune013/bin/python (and synetune-hypertune=...)
 old="$venv-synetune013"
 "$python" -m venv "$old" && "$old/bin/python" -m pip install -q --upgrade pip wheel setuptools \
-    && "$old/bin/python" -m pip install -q "${pins[@]:0:3}" torch==2.13.0 optuna "syne-tune==0.13.0" \
+    && "$old/bin/python" -m pip install -q "${pins[@]:0:3}" optuna "syne-tune==0.13.0" \
         autograd sortedcontainers dill pyyaml ujson scikit-learn statsmodels \
     && echo "peers_venv: syne-tune 0.13 installed in $old" \
     || echo "peers_venv: syne-tune 0.13 FAILED"
