@@ -12,10 +12,11 @@ uniform draws from the space.
   its predicted mean, so its uncertainty collapses there and concurrent asks spread out instead
   of piling onto one region.
 - **Partial curves** (``partial``, on by default; BOHB's rule, Falkner et al. 2018): until
-  ``startup_trials`` configurations are complete, the model is fitted on the epoch that the most
-  configurations reached and at least ``startup_trials`` did: each configuration's value there,
-  read from its reported curve (a paused or pruned trial's, a promoted continuation's). Under
-  early stopping few trials complete, and without this the proposals stay uniform draws.
+  ``startup_trials`` configurations are complete, the model is fitted on the highest epoch that
+  at least ``startup_trials`` configurations reached: each one's value there, read from its
+  reported curve (a paused or pruned trial's, a promoted continuation's). Under early stopping
+  few trials complete, and without this the proposals stay uniform draws. Measured in
+  docs/anytime.md (``detol`` against ``detol-shipped``).
 - **Never a repeat**: a candidate the study holds (evaluated, running, waiting; canonical genome
   key) is not proposed.
 - **State**: rebuilt from storage on every ask (a resumed study goes on as an uninterrupted one
