@@ -242,6 +242,7 @@ def summarise(runs: list[dict[str, Any]], tables: list[str], optimizers: list[st
                     se = nb201._stderr(reg)
                     entry |= {"regret": float(np.mean(reg)),
                               "stderr": se if np.isfinite(se) else None,
+                              "worst": float(max(reg)),  # the worst seed's (1: random's)
                               "regret_at_50": float(np.mean([r["regret_at_50"] for r in good])),
                               "ms_per_eval": float(np.mean([r["ms_per_eval"] for r in good])),
                               "load1": float(np.mean([r["load1"] for r in good])),
