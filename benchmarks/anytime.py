@@ -419,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
                    "default: every benchmarks/tables/*.jsonl.gz)")
     p.add_argument("--workers", default="1,8,32", help="simulated worker counts (1,8,32)")
     p.add_argument("--seeds", type=int, default=20)
+    p.add_argument("--seeds-at", action="append", default=[], metavar="WORKERS=N",
+                   help="fewer seeds at one worker count (its runs cost the most), e.g. 32=10")
     p.add_argument("--tools", default=",".join(TOOLS),
                    help="ours and peers (benchmarks/_common/anytime_peers.py), comma-separated")
     p.add_argument("--budget", type=float, default=20.0,
@@ -472,12 +474,14 @@ def main(argv: list[str] | None = None) -> int:
     old: list[dict[str, Any]] = []
     if runs_path and args.resume and runs_path.exists():
         old = [json.loads(line) for line in runs_path.read_text().splitlines() if line.strip()]
-        old = [r for r in old if not r.get("error")]
+        old = [r for r in old if not r.get("error") and r["budget"] == args.budget
+               and r["path"] in tables]
     have = {(r["path"], r["workers"], r["seed"], r["tool"], r["budget"]) for r in old}
     workers = [int(w) for w in args.workers.split(",")]
     # Seed by seed, every tool, table and worker count: a run cut short stays balanced.
+    seeds_at = {int(w): int(n) for w, _, n in (x.partition("=") for x in args.seeds_at)}
     jobs = [Job(path, w, s, t, args.budget) for s in range(args.seeds) for w in workers
-            for path in tables for t in tools]
+            for path in tables for t in tools if s < seeds_at.get(w, args.seeds)]
     jobs = [j for j in jobs if (j.table, j.workers, j.seed, j.tool, j.budget) not in have]
     new = job_pool.run_jobs(jobs, functools.partial(run_job, peers_python=pythons),
                             workers=args.jobs, initializer=nb201._pool_init,
