@@ -152,7 +152,7 @@ def run_peer(table: Any, tool: str, *, workers: int, seed: int, budget_s: float,
                           preexec_fn=die_with_parent)  # a killed benchmark leaves no peer
     if proc.returncode != 0:
         raise RuntimeError(f"{tool}: {proc.stderr.strip()[-2000:]}")
-    out = json.loads(proc.stdout)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])  # (a library may print before it)
     reports = [tuple(r) for r in out["reports"]]
     return {"trace": incumbent_trace(table, reports), "trials": out["jobs"],
             "wall_s": out["wall_s"], "versions": out["versions"]}
