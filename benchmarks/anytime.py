@@ -48,12 +48,14 @@ FRACTIONS = (0.10, 0.25, 0.50, 1.00)
 TABLES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "benchmarks/tables").glob("*.jsonl.gz"))
 # tool -> (strategy section, pruner section) of its study file
 OURS = "detol"  # our default study, the one the goals are about
-VARIANTS = ("detol", "detol-shipped")  # ours and what it was: ranked each in the other's place
+VARIANTS = ("detol", "detol-shipped", "detol-hyperband")  # ours and what it was: ranked each in the other's place
 BASELINES = ("one-epoch", "random+asha")  # the goals: beaten on every task by more than an SE
 TOOLS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "detol": ({}, {"name": "asha", "promote": True}),
     # the default as shipped before issue 49: the predictor modelled complete trials only
     "detol-shipped": ({"name": "predictor", "partial": False}, {"name": "asha", "promote": True}),
+    # a candidate default for multi-fidelity studies: asynchronous Hyperband, pause-and-promote
+    "detol-hyperband": ({}, {"name": "hyperband", "promote": True}),
     "random+asha": ({"name": "random"}, {"name": "asha"}),
     "one-epoch": ({"name": "random"}, {"name": "top-half"}),
     "tpe+hyperband": ({"name": "tpe"}, {"name": "hyperband"}),
