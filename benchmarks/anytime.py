@@ -179,8 +179,12 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         mine = [r for r in runs if r["table"] == table and r["workers"] == workers]
         budget = mine[0]["budget_s"]
         tools = sorted({r["tool"] for r in mine})
-        seeds = sorted({r["seed"] for r in mine})
-        cell: dict[str, Any] = {"budget_s": budget, "tools": {}}
+        # the seeds every tool of the cell finished (a run cut short stays paired)
+        seeds = sorted(set.intersection(*({r["seed"] for r in mine if r["tool"] == t}
+                                          for t in tools)))
+        mine = [r for r in mine if r["seed"] in seeds]
+        cell_seeds = len(seeds)
+        cell: dict[str, Any] = {"budget_s": budget, "seeds": cell_seeds, "tools": {}}
         at: dict[tuple[str, int, float], float] = {}
         for r in mine:
             for f in FRACTIONS:
@@ -255,7 +259,8 @@ def markdown(summary: dict[str, Any]) -> str:
     for key, cell in summary.items():
         if key == "average rank":
             continue
-        lines += ["", f"**{key}** (budget {cell['budget_s']:.0f} simulated s)", "",
+        lines += ["", f"**{key}** (budget {cell['budget_s']:.3g} simulated s, "
+                  f"{cell['seeds']} seeds)", "",
                   "| tool | " + " | ".join(f"regret at {c}" for c in cols) + " |",
                   "|---|" + "---|" * len(cols)]
         for t, st in sorted(cell["tools"].items(), key=lambda kv: kv[1]["rank"]["100%"]):
