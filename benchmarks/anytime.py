@@ -58,6 +58,9 @@ TOOLS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     # a candidate default for multi-fidelity studies: asynchronous Hyperband, pause-and-promote
     "detol-hyperband": ({}, {"name": "hyperband", "promote": True}),
     "random+asha": ({"name": "random"}, {"name": "asha"}),
+    # random search with our pause-and-promote: which half of detol (the predictor or the
+    # promotion) makes the difference
+    "random+promote": ({"name": "random"}, {"name": "asha", "promote": True}),
     "one-epoch": ({"name": "random"}, {"name": "top-half"}),
     "tpe+hyperband": ({"name": "tpe"}, {"name": "hyperband"}),
     "random": ({"name": "random"}, {"name": "none"}),
