@@ -49,14 +49,15 @@ TABLES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "benchmarks/tables").g
 # tool -> (strategy section, pruner section) of its study file
 OURS = "detol"  # our default study, the one the goals are about
 # ours, what it was and a candidate: each is ranked in our place (the others never see two of ours)
-VARIANTS = ("detol", "detol-shipped", "detol-hyperband")
+VARIANTS = ("detol", "detol-partial", "detol-partial-hb")
 BASELINES = ("one-epoch", "random+asha")  # the goals: beaten on every task by more than an SE
 TOOLS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "detol": ({}, {"name": "asha", "promote": True}),
-    # the default as shipped before issue 49: the predictor modelled complete trials only
-    "detol-shipped": ({"name": "predictor", "partial": False}, {"name": "asha", "promote": True}),
-    # a candidate default for multi-fidelity studies: asynchronous Hyperband, pause-and-promote
-    "detol-hyperband": ({}, {"name": "hyperband", "promote": True}),
+    # two candidates that were measured and not adopted (docs/anytime.md): the predictor on
+    # partial curves (BOHB's rule), with ASHA and with asynchronous Hyperband (pause-and-promote)
+    "detol-partial": ({"name": "predictor", "partial": True}, {"name": "asha", "promote": True}),
+    "detol-partial-hb": ({"name": "predictor", "partial": True},
+                         {"name": "hyperband", "promote": True}),
     "random+asha": ({"name": "random"}, {"name": "asha"}),
     # random search with our pause-and-promote: which half of detol (the predictor or the
     # promotion) makes the difference
@@ -233,12 +234,26 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
                                                 for s in seeds
                                                 if (OURS, s, f) in at and (base, s, f) in at])
                     for f in FRACTIONS}
+        if OURS in tools:  # each other variant minus ours, paired by seed (< 0: it is better)
+            for other in [v for v in VARIANTS if v != OURS and v in tools]:
+                cell.setdefault("variants", {})[other] = {
+                    f"{int(f * 100)}%": [at[(other, s, f)] - at[(OURS, s, f)] for s in seeds
+                                         if (OURS, s, f) in at and (other, s, f) in at]
+                    for f in FRACTIONS}
         out[f"{table} w{workers}"] = cell
+    pooled: dict[str, Any] = {}  # the variants' paired differences over every cell
+    for cell in out.values():
+        for other, by_f in cell.get("variants", {}).items():
+            for f, diffs in by_f.items():
+                pooled.setdefault(other, {}).setdefault(f, []).extend(diffs)
+            cell["variants"][other] = {f: paired(d) for f, d in by_f.items()}
     cells = list(out.values())
     tools_all = sorted({t for c in cells for t in c["tools"]})
     out["average rank"] = {  # over every table and worker count (the goals' table)
         t: {f: statistics.fmean(c["tools"][t]["rank"][f] for c in cells if t in c["tools"])
             for f in (f"{int(x * 100)}%" for x in FRACTIONS)} for t in tools_all}
+    out["variants against ours"] = {v: {f: paired(d) for f, d in by_f.items()}
+                                    for v, by_f in pooled.items()}
     return out
 
 
@@ -261,7 +276,7 @@ def markdown(summary: dict[str, Any]) -> str:
     for t in sorted(ranks, key=lambda t: ranks[t]["100%"]):
         lines.append(f"| {t} | " + " | ".join(f"{ranks[t][c]:.2f}" for c in cols) + " |")
     for key, cell in summary.items():
-        if key == "average rank":
+        if key in ("average rank", "variants against ours"):
             continue
         lines += ["", f"**{key}** (budget {cell['budget_s']:.3g} simulated s, "
                   f"{cell['seeds']} seeds)", "",
@@ -284,6 +299,11 @@ def markdown(summary: dict[str, Any]) -> str:
             if end["mean"] is not None:
                 lines += ["", f"{OURS} minus {base}, final regret paired by seed: "
                           f"{end['mean']:+.3f} ± {end['se']:.3f}"]
+    for v, by_f in summary.get("variants against ours", {}).items():
+        lines += ["", f"{v} minus {OURS}, regret paired by seed over every table and worker "
+                  "count: " + ", ".join(
+                      f"{f} {d['mean']:+.3f} ± {d['se']:.3f}" for f, d in by_f.items()
+                      if d["mean"] is not None)]
     return "\n".join(lines)
 
 
@@ -344,7 +364,9 @@ def plot(runs: list[dict[str, Any]], directory: str) -> list[str]:
         for col, w in enumerate(workers, start=1):
             cell = [r for r in mine if r["workers"] == w]
             budget = cell[0]["budget_s"]
-            for i, tool in enumerate(sorted({r["tool"] for r in cell})):
+            names = sorted({r["tool"] for r in mine})  # one colour per tool, every panel
+            for tool in sorted({r["tool"] for r in cell}):
+                i = names.index(tool)
                 traces = [r["trace"] for r in cell if r["tool"] == tool]
                 first = max((t[0][0] for t in traces if t), default=budget)
                 grid = [first * (budget / first) ** (k / 60) for k in range(61)]
@@ -355,7 +377,7 @@ def plot(runs: list[dict[str, Any]], directory: str) -> list[str]:
                     means.append(statistics.fmean(vals))
                     ses.append(statistics.stdev(vals) / math.sqrt(len(vals))
                                if len(vals) > 1 else 0.0)
-                color = f"hsl({i * 360 // 9},70%,45%)"
+                color = f"hsl({i * 360 // len(names)},{70 - 25 * (i % 2)}%,{40 + 12 * (i % 3)}%)"
                 fig.add_trace(go.Scatter(x=grid + grid[::-1],
                                          y=[m + e for m, e in zip(means, ses, strict=True)] +
                                          [m - e for m, e in zip(means, ses, strict=True)][::-1],
@@ -368,7 +390,7 @@ def plot(runs: list[dict[str, Any]], directory: str) -> list[str]:
             fig.update_xaxes(type="log", title_text="simulated seconds", row=1, col=col)
         fig.update_yaxes(title_text="normalised regret (mean, SE band)", row=1, col=1)
         fig.update_layout(title=f"{table}: the incumbent's regret against time",
-                          width=420 * len(workers) + 200, height=420, template="plotly_white")
+                          width=420 * len(workers) + 220, height=560, template="plotly_white")
         path = str(Path(directory) / f"anytime-{table}.png")
         fig.write_image(path)
         written.append(path)

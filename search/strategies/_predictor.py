@@ -11,12 +11,14 @@ uniform draws from the space.
 - **Asynchrony** ("kriging believer"): every running or waiting trial is added to the model at
   its predicted mean, so its uncertainty collapses there and concurrent asks spread out instead
   of piling onto one region.
-- **Partial curves** (``partial``, on by default; BOHB's rule, Falkner et al. 2018): until
+- **Partial curves** (``partial``, off by default; BOHB's rule, Falkner et al. 2018): until
   ``startup_trials`` configurations are complete, the model is fitted on the highest epoch that
   at least ``startup_trials`` configurations reached: each one's value there, read from its
   reported curve (a paused or pruned trial's, a promoted continuation's). Under early stopping
-  few trials complete, and without this the proposals stay uniform draws. Measured in
-  docs/anytime.md (``detol`` against ``detol-shipped``).
+  few trials complete, and without it the proposals stay uniform draws; yet on the anytime
+  benchmark's tables (docs/anytime.md, ``detol-partial``) it did worse, not better: where the
+  first epochs rank configurations poorly, it steers towards large networks that learn fast
+  early and cost twice the mean to train.
 - **Never a repeat**: a candidate the study holds (evaluated, running, waiting; canonical genome
   key) is not proposed.
 - **State**: rebuilt from storage on every ask (a resumed study goes on as an uninterrupted one
@@ -103,7 +105,7 @@ class PredictorSampler(ProposalSampler):
         beta: float = 1.0,
         embedding: str = "path+wl",
         window: int | None = 100,
-        partial: bool = True,
+        partial: bool = False,
         seed: int | None = None,
     ) -> None:
         super().__init__(space=space, seed=seed)

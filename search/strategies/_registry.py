@@ -238,8 +238,9 @@ STRATEGY_OPTIONS: dict[str, dict[str, Any]] = {
         "embedding": "path+wl",
         "window": 100,  # complete trials the GP is fitted on (best tenth + most recent; 0: all)
         # until startup_trials are complete: fit on the partial curves (BOHB's rule: the
-        # highest epoch that startup_trials configurations reached; docs/anytime.md)
-        "partial": True,
+        # highest epoch that startup_trials configurations reached). Off: on the anytime
+        # benchmark it did worse than without (docs/anytime.md, detol-partial)
+        "partial": False,
     },
 }
 

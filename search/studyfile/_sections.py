@@ -201,7 +201,7 @@ class Strategy(_Strict):
     )
     partial: bool | None = Field(
         None, description="predictor: until startup_trials complete, model the highest epoch "
-        "that startup_trials configurations reached (paused, pruned; BOHB's rule)"
+        "that startup_trials configurations reached (paused, pruned; BOHB's rule; off)"
     )
     warm_start: Annotated[list[WarmSource] | None, BeforeValidator(_warm_sources)] = Field(
         None,

@@ -112,15 +112,15 @@ def test_the_speedup_is_our_time_to_the_best_peers_final_regret_over_its_own() -
 def test_a_variant_of_ours_is_ranked_in_our_place_and_baselines_are_paired_by_seed() -> None:
     from anytime import summarise
 
-    ends = {"detol": [0.1, 0.2], "detol-shipped": [0.5, 0.6], "one-epoch": [0.4, 0.4],
+    ends = {"detol": [0.1, 0.2], "detol-partial": [0.5, 0.6], "one-epoch": [0.4, 0.4],
             "dehb": [0.3, 0.3]}
     runs = [{"table": "t", "workers": 8, "seed": s, "tool": tool, "budget_s": 10.0,
              "trace": [(1.0, v)]} for tool, vs in ends.items() for s, v in enumerate(vs)]
     cell = summarise(runs)["t w8"]
     ranks = {t: cell["tools"][t]["rank"]["100%"] for t in ends}
-    # each of ours against one-epoch and dehb only: detol first, the shipped one last, dehb
-    # second (behind detol, not pushed down by the shipped one)
-    assert ranks == {"detol": 1.0, "detol-shipped": 3.0, "one-epoch": 3.0, "dehb": 2.0}
+    # each of ours against one-epoch and dehb only: detol first, the partial one last, dehb
+    # second (behind detol, not pushed down by the partial one)
+    assert ranks == {"detol": 1.0, "detol-partial": 3.0, "one-epoch": 3.0, "dehb": 2.0}
     diff = cell["against"]["one-epoch"]["100%"]
     assert diff["mean"] == pytest.approx(-0.25) and diff["se"] == pytest.approx(0.05)
     assert cell["speedup"]["best_peer"] == "dehb"  # baselines and variants are not peers

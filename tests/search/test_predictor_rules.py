@@ -815,7 +815,7 @@ def _paused(study: optuna.Study, n: int, epochs: int, score: Any = _score) -> li
 def test_paused_trials_curves_are_modelled_before_startup_trials_complete(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    study = _study(startup_trials=4)
+    study = _study(startup_trials=4, partial=True)
     _paused(study, 3, epochs=3)
     _paused(study, 2, epochs=1)  # epoch 1: five configurations, epoch 3: three
     calls = _spy_fit(monkeypatch)
@@ -835,5 +835,5 @@ def test_paused_trials_curves_are_modelled_before_startup_trials_complete(
 
 def test_a_search_that_never_completes_a_trial_proposes_as_if_its_curves_were_results() -> None:
     complete = _run(_study(startup_trials=4), 14)
-    assert _paused(_study(startup_trials=4), 14, epochs=1) == complete  # the same ranks
-    assert _paused(_study(startup_trials=4, partial=False), 14, epochs=1) != complete
+    assert _paused(_study(startup_trials=4, partial=True), 14, epochs=1) == complete  # same ranks
+    assert _paused(_study(startup_trials=4), 14, epochs=1) != complete  # off by default
