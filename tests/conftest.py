@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from collections.abc import Callable
@@ -17,6 +18,11 @@ TESTS_DIR = Path(__file__).resolve().parent
 
 def pytest_configure(config: pytest.Config) -> None:
     _starts.install()  # a test marked unit that starts a process or a server fails
+    # matplotlib builds its font cache on first use and runs `fc-list` for it: on a fresh
+    # machine that first use fell inside a unit test (the report's figures), which then counted
+    # as starting a process; build it once here, outside every test
+    with contextlib.suppress(ImportError):  # (an install without the report's extras)
+        import matplotlib.font_manager  # noqa: F401
 
 
 @pytest.hookimpl(hookwrapper=True)
