@@ -7,10 +7,12 @@ pruners, pause-and-promote and its promotion rule as ``search run``; an epoch ta
 seconds, a trial's start its recorded start. Nothing of the driver's rules is copied here: the
 benchmark only writes study files and reads what the driver's event queue reported, and when.
 
-Tools: ``detol`` (the default: no strategy named, ``[pruner] name = "asha", promote = true``),
-``random+asha`` (random search, Optuna's stop-only successive halving), ``one-epoch`` (random
-search, the one-epoch top-half rule), ``tpe+hyperband`` (Optuna's TPE and HyperbandPruner),
-``random`` (full fidelity, no pruner).
+Tools (``TOOLS``): ``detol`` (the default: no strategy named, ``[pruner] name = "asha",
+promote = true``), ``detol-partial`` and ``detol-partial-hb`` (changes tried, not adopted),
+``random+asha`` (random search, Optuna's stop-only successive halving), ``random+promote``
+(random search with our pause-and-promote), ``one-epoch`` (random search, the one-epoch
+top-half rule), ``tpe+hyperband`` (Optuna's TPE and HyperbandPruner), ``random`` (full
+fidelity); the peers of ``benchmarks/_common/anytime_peers.py`` in their own environments.
 
 Score: at each moment, the incumbent is the configuration whose latest report (the most epochs
 the search trained it) is the best the search has seen; its *regret* is the table's last-epoch
@@ -19,10 +21,11 @@ value of the nearest recorded configuration, normalised: 0 = the table's best fi
 worst). Budget: ``--budget`` times the mean time of one full training (start included) on each
 worker count's clock. Reported per table and worker count: mean and standard error over seeds of
 the regret at 10, 25, 50 and 100 % of the budget; average rank of each tool there (1 = best,
-per table, workers and seed); time to reach the best other tool's final mean regret.
+per table, workers and seed); time to reach the best peer's final mean regret.
 
-    python benchmarks/anytime.py --table benchmarks/tables/diabetes.jsonl.gz [--workers 1,8,32]
-        [--seeds 20] [--tools detol,random+asha,...] [--budget 20] [--json PATH]
+    python benchmarks/anytime.py [--table T] [--workers 1,8,32] [--seeds 20] [--seeds-at 32=10]
+        [--budget 10] [--tools detol,dehb,...] [--peers-python .peers-venv/bin/python]
+        [--runs R.jsonl --resume] [--jobs 2] [--json PATH] [--plot DIR]
 """
 
 from __future__ import annotations
