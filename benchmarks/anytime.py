@@ -237,7 +237,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
                                                 for s in seeds
                                                 if (OURS, s, f) in at and (base, s, f) in at])
                     for f in FRACTIONS}
-        if OURS in tools:  # each other variant minus ours, paired by seed (< 0: it is better)
+            # each other variant minus ours, paired by seed (< 0: it is better)
             for other in [v for v in VARIANTS if v != OURS and v in tools]:
                 cell.setdefault("variants", {})[other] = {
                     f"{int(f * 100)}%": [at[(other, s, f)] - at[(OURS, s, f)] for s in seeds
@@ -470,7 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peers-python", help="the peers' Python (benchmarks/peers_venv.sh)")
     p.add_argument("--peer-python", action="append", default=[], metavar="TOOL=PATH",
                    help="one peer's own Python (synetune-mobster and synetune-hypertune need "
-                        "Syne Tune 0.13: benchmarks/peers_venv.sh --synetune-0.13 VENV)")
+                        "Syne Tune 0.13: benchmarks/peers_venv.sh makes "
+                        ".peers-venv-synetune013)")
     p.add_argument("--plot", metavar="DIR", help="write DIR/anytime-TABLE.png per table")
     p.add_argument("--replot", metavar="JSON", help="only plot the runs of a written --json")
     args = p.parse_args(argv)

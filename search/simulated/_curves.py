@@ -192,8 +192,9 @@ class _Index:
 
         self.names = sorted(table.distributions)
         self.dists = {n: json_to_distribution(table.distributions[n]) for n in self.names}
-        self.categorical = [isinstance(self.dists[n], CategoricalDistribution)
-                            for n in self.names]
+        self._is_categorical = {n: isinstance(d, CategoricalDistribution)
+                                for n, d in self.dists.items()}
+        self.categorical = [self._is_categorical[n] for n in self.names]
         self.codes = np.array([[self.encode(n, p.get(n)) for n in self.names]
                                for p in table.params], dtype=float).reshape(
             len(table.params), len(self.names))
@@ -202,7 +203,7 @@ class _Index:
         d = self.dists[name]
         if value is None:
             return math.nan
-        if self.categorical[self.names.index(name)]:
+        if self._is_categorical[name]:
             return float(d.choices.index(value)) if value in d.choices else -2.0
         low, high, log = float(d.low), float(d.high), bool(getattr(d, "log", False))
         if high == low:
