@@ -335,7 +335,9 @@ def recover_orphans(
             continue
         owner_host, _, pid = owner.rpartition(":")
         if owner_host == host and pid.isdigit() and not _alive(int(pid)):
-            _fail_orphan(study, t, f"driver {owner} died while the trial ran", max_retries)
+            # claimed, but nothing suggested yet: the driver died between claim and start
+            when = "while the trial ran" if t.params else "before the trial started"
+            _fail_orphan(study, t, f"driver {owner} died {when}", max_retries)
             failed.append(t.number)
             continue
         # The driver's beat, or (drivers before issue 18) the trial's own; before the first

@@ -319,6 +319,18 @@ def test_an_orphan_at_its_rung_is_told_paused_with_why() -> None:
         "and the pruner asked again)")
 
 
+def test_a_trial_its_dead_driver_claimed_but_never_started_says_so() -> None:
+    """Claimed (the driver's first act after ask) but killed before a parameter was drawn."""
+    study = optuna.create_study()
+    owner = f"{HOST}:{_dead_pid()}"
+    claimed = _running(study, owner, params=False)
+    assert recover_orphans(study, claim_wait_s=0.0) == [claimed.number]
+    t = study.trials[claimed.number]
+    assert t.state is TrialState.FAIL
+    assert t.user_attrs["exit_reason"] == f"driver {owner} died before the trial started"
+    assert not study.get_trials(states=(TrialState.WAITING,))  # nothing to re-queue
+
+
 @pytest.mark.unit
 def test_a_warm_start_source_in_an_unnamed_storage_is_this_studys_storage() -> None:
     sf = parse_study(_form(strategy={"name": "random", "seed": 7, "warm_start": ["zz"]}))
