@@ -77,6 +77,7 @@ def hugging_face(comm: MPI.Comm, algorithm: str) -> dict:
     return {"state": result.state, "values": result.values, "flops": result.flops,
             "linear_macs": _linear_macs(trainer.model, trainer.sample),
             "curve": [h["val_accuracy"] for h in result.history],
+            "train_loss": [h["train_loss"] for h in result.history],
             "lr_at_end": trainer.optimizer.param_groups[0]["lr"]}
 
 
