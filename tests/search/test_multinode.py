@@ -196,6 +196,11 @@ def test_a_node_crash_mid_trial_fails_the_trial_which_runs_again_elsewhere(
     assert waited < 60, (waited, out)  # SLURM's SlurmdTimeout (10 s) and its ping cycle
 
 
+# ~120-140 s, most of it the fault's 80 s: in the slow tier (default run time). Its parts run by
+# default: a lost worker's trial re-queued (test_slurm.py, the crash above), reports into a trial
+# failed elsewhere refused (tests/training/test_stale_trial.py); benchmarks/node_faults.py
+# freezes nodes in its soak.
+@pytest.mark.slow
 def test_a_frozen_node_that_wakes_after_its_trial_was_requeued_changes_nothing(
         tmp_path: Path, nodes_env: dict[str, str]) -> None:
     # The first node holds rank 0 and the Dask worker: frozen, only the heartbeat tells (Dask's

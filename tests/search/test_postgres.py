@@ -71,6 +71,10 @@ def test_four_concurrent_clients_fifty_trials_each(postgres_url: str) -> None:
     assert all(t.intermediate_values == {0: t.value} for t in trials)
 
 
+# ~20 s: in the slow tier (default run time); four clients racing on one PostgreSQL study run
+# by default (test_four_concurrent_clients_fifty_trials_each, test_study_on_postgresql, and two
+# drivers in test_two_drivers.py and test_multinode.py).
+@pytest.mark.slow
 def test_search_run_four_workers_two_hundred_trials(postgres_url: str, tmp_path: Path) -> None:
     (tmp_path / "quick.py").write_text("def objective(params):\n    return params['x'] ** 2\n")
     (tmp_path / "study.toml").write_text(

@@ -24,6 +24,10 @@ def _record(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
                            *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
+# 30-40 s of benchmark tooling (three `search run`s): in the slow tier (default run time); the
+# recording study is checked by default below, and the replay of the shipped tables by
+# test_curves_replay.py.
+@pytest.mark.slow
 def test_a_table_is_recorded_chunk_by_chunk_and_resumes(tmp_path: Path) -> None:
     out = tmp_path / "diabetes.jsonl.gz"
     first = _record(out, "--chunks", "1")  # stopped after one chunk, as a session that ended

@@ -173,7 +173,8 @@ def test_mpi_runs_funneled_unless_async_progress_is_asked(warm: bool) -> None:
 
 
 @pytest.mark.parametrize("algorithm", [
-    "asgd", "simuparallel",
+    # SimuParallelSGD claims its batches through the same BatchClaims as ASGD: ~15 s, slow tier
+    "asgd", pytest.param("simuparallel", marks=pytest.mark.slow),
     # sync's and local SGD's ranks step together: the same rule as any sync trial, whose equal
     # step counts the sampler tests assert; ~20 s each, so in the slow tier (default run time)
     pytest.param("sync", marks=pytest.mark.slow), pytest.param("localsgd", marks=pytest.mark.slow),
