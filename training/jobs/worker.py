@@ -10,6 +10,7 @@ import faulthandler
 import json
 import os
 import sys
+import threading
 import traceback
 from typing import Any
 
@@ -72,12 +73,41 @@ def main(argv: list[str] | None = None) -> int:
     with open(args[0]) as f:
         spec_data = json.load(f)
     timeout_s = spec_data.get("timeout_s")
+    timer = None
     if timeout_s:  # a hung rank says where it hangs, in the log, before the launcher kills it
-        faulthandler.dump_traceback_later(timeout_s - min(10.0, 0.2 * timeout_s))
+        timer = _dump_stacks_at(timeout_s - min(10.0, 0.2 * timeout_s))
     try:
         return run(spec_data)
     finally:
+        if timer is not None:
+            timer.cancel()
         faulthandler.cancel_dump_traceback_later()
+
+
+# Seconds after the deadline dump that faulthandler's own watchdog dumps instead: only when the
+# dump could not take the GIL (a thread holds it inside a C call, so its frames stand still).
+_GIL_HELD_GRACE_S = 3.0
+
+
+def _dump_stacks_at(after_s: float) -> threading.Timer:
+    """Print every thread's stack to stderr after ``after_s`` seconds, holding the GIL.
+
+    faulthandler's watchdog (dump_traceback_later) reads the other threads' frames without the
+    GIL, while they run: CI saw it read a torch backward frame mid-update and crash the rank
+    (SIGSEGV, "line 57010688"). A Python thread dumps between bytecodes, where frames are whole."""
+    def dump() -> None:
+        sys.stderr.write(f"detol: {after_s:.0f} s into the trial, near its deadline; "
+                         "every thread's stack follows\n")
+        sys.stderr.flush()
+        faulthandler.dump_traceback(sys.stderr, all_threads=True)
+        sys.stderr.flush()
+        faulthandler.cancel_dump_traceback_later()
+
+    timer = threading.Timer(after_s, dump)
+    timer.daemon = True
+    timer.start()
+    faulthandler.dump_traceback_later(after_s + _GIL_HELD_GRACE_S)
+    return timer
 
 
 def _exit_now(code: int) -> None:
