@@ -55,10 +55,11 @@ def _function_study(directory: Path, *, trials: int, concurrency: int, extra: st
     return path
 
 
-def _start(study: Path, storage: str, cwd: Path) -> subprocess.Popen[str]:
+def _start(study: Path, storage: str, cwd: Path,
+           env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen([*search_command(), "run", str(study), "--storage", storage,
                              "--no-progress"], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
 
 
 def _finish(
@@ -341,7 +342,9 @@ def test_a_trial_lost_with_its_worker_resumes_from_its_last_checkpoint(tmp_path:
         lr = {{ type = "float", low = 0.01, high = 0.1, log = true }}
         """))
     storage = str(tmp_path / "s.journal")
-    proc = _start(study, storage, tmp_path)
+    scratch = tmp_path / "tmp"  # the trials' folders are made here
+    scratch.mkdir()
+    proc = _start(study, storage, tmp_path, env={**os.environ, "TMPDIR": str(scratch)})
 
     def checkpointed() -> bool:
         try:
@@ -354,9 +357,12 @@ def test_a_trial_lost_with_its_worker_resumes_from_its_last_checkpoint(tmp_path:
     _wait_for(checkpointed, "a checkpoint of epoch 2", timeout=120)
     worker = _ancestor_outside(_processes_tagged(tag))
     assert worker != proc.pid
+    assert len(list(scratch.glob("detol-trial-*"))) == 1  # the killed worker's trial's folder
     os.kill(worker, signal.SIGKILL)
     out, err = _finish(proc, storage, 180)
     assert proc.returncode == 0, out + err
+    # the retry, on this host, swept the folder the killed worker could not remove
+    assert list(scratch.glob("detol-trial-*")) == []
 
     trials = _trials(storage)
     assert _states(trials) == {"COMPLETE": 1, "FAIL": 1}, [t.user_attrs.get("exit_reason")

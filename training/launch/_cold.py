@@ -11,12 +11,12 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +34,11 @@ from training.launch._line import (
     first_error,
     job_env,
     launcher_argv,
+    owned_dir,
     rank_threads,
     resolve_program,
     still_queued,
+    sweep_dead_dirs,
     sweep_shm,
     tail,
 )
@@ -130,6 +132,17 @@ def _start_failure(proc: subprocess.Popen[bytes], stopped: str, output: str) -> 
     return f"{stopped or f'exit {proc.returncode}'}: {first_error(output) or tail(output)}"
 
 
+@contextlib.contextmanager
+def _trial_dir() -> Iterator[str]:
+    """The job's folder (spec, result, log), named for this host and worker: removed when the
+    trial ends, or by the next trial on this host once its worker was killed."""
+    path = owned_dir("trial")
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def run_trial(
     spec_data: TrialSpec | dict[str, Any], *, should_stop: Callable[[], bool] | None = None
 ) -> dict[str, Any]:
@@ -146,7 +159,8 @@ def run_trial(
         return run_warm_trial(spec, config, should_stop=should_stop)
     started = time.time()
     deadline = None if spec.timeout_s is None else started + spec.timeout_s
-    with tempfile.TemporaryDirectory(prefix="detol-trial-") as tmp:
+    sweep_dead_dirs("trial")  # the folders of trials whose worker was killed on this host
+    with _trial_dir() as tmp:
         result_path = str(Path(tmp) / "result.json")
         spec_path = Path(tmp) / "spec.json"
         spec_path.write_text(json.dumps({**spec.to_json(), "result_path": result_path}))

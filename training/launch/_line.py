@@ -13,8 +13,10 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -183,6 +185,33 @@ def sweep_shm(directory: str = SHM_DIR, *, min_age_s: float = SHM_ORPHAN_AGE_S) 
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(directory, name))
                 removed.append(name)
+    return removed
+
+
+def owned_dir_prefix(kind: str) -> str:
+    """``detol-KIND-HOST-``: a folder this host's process makes in the temp dir goes on with its
+    pid and ``-``, so that :func:`sweep_dead_dirs` can tell when its owner is gone."""
+    return f"detol-{kind}-{socket.gethostname()}-"
+
+
+def owned_dir(kind: str) -> str:
+    """A new folder in the temp dir, named for this host and this process (see above)."""
+    return tempfile.mkdtemp(prefix=f"{owned_dir_prefix(kind)}{os.getpid()}-")
+
+
+def sweep_dead_dirs(kind: str, root: str | None = None) -> list[str]:
+    """Remove this host's ``detol-KIND-`` folders whose owning process is gone: a worker killed
+    with its batch job (SIGTERM, then SIGKILL) cannot clean up after a trial or pool it was
+    running. Another host's folders on a shared temp dir are left alone. The names removed."""
+    prefix = owned_dir_prefix(kind)
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(root or tempfile.gettempdir()):
+            pid = entry.name[len(prefix):].split("-", 1)[0]
+            if (entry.name.startswith(prefix) and pid.isdigit() and entry.is_dir()
+                    and not pid_alive(int(pid))):
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed.append(entry.name)
     return removed
 
 

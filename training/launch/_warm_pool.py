@@ -60,9 +60,10 @@ from training.launch._line import (
     first_error,
     job_env,
     launcher_argv,
-    pid_alive,
+    owned_dir,
     rank_threads,
     still_queued,
+    sweep_dead_dirs,
     sweep_shm,
     tail,
 )
@@ -115,7 +116,7 @@ class WarmPool:
         """Launch the job; its ranks connect back when their imports are done."""
         sweep_pool_dirs()
         sweep_shm()  # killed jobs' shared memory, before it breaks this one's MPI_Init
-        self._dir = Path(tempfile.mkdtemp(prefix=f"{_dir_prefix()}{os.getpid()}-"))
+        self._dir = Path(owned_dir("pool"))
         path = str(self._dir / "s")
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(path)
@@ -256,27 +257,9 @@ class WarmPool:
             self._dir = None
 
 
-_DIR_PREFIX = "detol-pool-"  # + host + "-" + the owning worker's pid + "-": swept once it is gone
-
-
-def _dir_prefix() -> str:
-    return f"{_DIR_PREFIX}{socket.gethostname()}-"
-
-
 def sweep_pool_dirs(root: str | None = None) -> list[str]:
-    """Remove the directories (socket, launcher log) of this host's pools whose worker process
-    is gone: a worker killed with its batch job (SIGTERM, then SIGKILL) cannot clean up after a
-    busy pool. The names of what was removed."""
-    prefix = _dir_prefix()
-    removed = []
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(root or tempfile.gettempdir()):
-            pid = entry.name[len(prefix):].split("-", 1)[0]
-            if (entry.name.startswith(prefix) and pid.isdigit() and entry.is_dir()
-                    and not pid_alive(int(pid))):
-                shutil.rmtree(entry.path, ignore_errors=True)
-                removed.append(entry.name)
-    return removed
+    """Remove the folders (socket, launcher log) of this host's pools whose worker is gone."""
+    return sweep_dead_dirs("pool", root)
 
 
 _IDLE: dict[PoolKey, list[WarmPool]] = {}
