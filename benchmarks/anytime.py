@@ -52,7 +52,8 @@ TABLES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "benchmarks/tables").g
 # tool -> (strategy section, pruner section) of its study file
 OURS = "detol"  # our default study, the one the goals are about
 # ours, what it was and a candidate: each is ranked in our place (the others never see two of ours)
-VARIANTS = ("detol", "detol-partial", "detol-partial-hb")
+VARIANTS = ("detol", "detol-partial", "detol-partial-hb", "detol-rung3", "detol-eta2",
+            "detol-top-half")
 BASELINES = ("one-epoch", "random+asha")  # the goals: beaten on every task by more than an SE
 TOOLS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "detol": ({}, {"name": "asha", "promote": True}),
@@ -61,6 +62,12 @@ TOOLS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "detol-partial": ({"name": "predictor", "partial": True}, {"name": "asha", "promote": True}),
     "detol-partial-hb": ({"name": "predictor", "partial": True},
                          {"name": "hyperband", "promote": True}),
+    # the first rung and the rate (epoch 1 ranks configurations poorly on two of three tables:
+    # a later first rung, or half kept at each rung), and the default sampler with the
+    # one-epoch rule's pruner (it ranked first)
+    "detol-rung3": ({}, {"name": "asha", "promote": True, "min_epochs": 3}),
+    "detol-eta2": ({}, {"name": "asha", "promote": True, "reduction_factor": 2}),
+    "detol-top-half": ({}, {"name": "top-half"}),
     "random+asha": ({"name": "random"}, {"name": "asha"}),
     # random search with our pause-and-promote: which half of detol (the predictor or the
     # promotion) makes the difference

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import time
 from pathlib import Path
@@ -118,8 +119,11 @@ def test_trial_timeout_kills_the_job_and_says_so() -> None:
 
 def test_a_hung_trial_leaves_each_ranks_stack_in_its_log() -> None:
     # Shortly before the launcher's deadline (0.2 x 15 s here) every rank prints where it is.
+    before = set(glob.glob("/tmp/hydra_hwloc_xmlfile_*"))
     result = run_trial({"config": {"dataset": "digits", "epochs": 5000, "ranks": 2},
                         "timeout_s": 15})
+    # its killed launcher's topology file was removed after the job (only a killed job has one)
+    assert set(glob.glob("/tmp/hydra_hwloc_xmlfile_*")) <= before
     assert result["exit_reason"].startswith("trial timeout"), result["exit_reason"]
     assert result["log"].count("detol: 12 s into the trial, near its deadline") == 2, \
         result["log"][-3000:]

@@ -71,3 +71,27 @@ def test_shared_memory_that_killed_ranks_left_is_swept_and_live_segments_are_not
         assert sweep_shm(str(tmp_path)) == ["mpich_shm_1a2b_0"]
         assert not orphan.exists() and young.exists() and live.exists() and other.exists()
     assert sweep_shm(str(tmp_path)) == ["mpich_shm_5e6f_0"]  # unmapped now
+
+
+@pytest.mark.unit
+def test_topology_files_of_killed_mpich_proxies_are_swept_and_open_ones_are_not(
+        tmp_path: Path) -> None:
+    import os
+    import time
+
+    from training.launch._line import sweep_hwloc_files
+
+    def xml(name: str, age_s: float) -> Path:
+        path = tmp_path / name
+        path.write_text("<topology/>")
+        os.utime(path, (time.time() - age_s, time.time() - age_s))
+        return path
+
+    orphan = xml("hydra_hwloc_xmlfile_AbC123", 60)
+    young = xml("hydra_hwloc_xmlfile_DeF456", 1)  # a proxy starting now
+    live = xml("hydra_hwloc_xmlfile_GhI789", 60)
+    other = xml("hwloc_other", 60)
+    with open(live):  # a running proxy keeps its file open
+        assert sweep_hwloc_files(str(tmp_path)) == ["hydra_hwloc_xmlfile_AbC123"]
+        assert not orphan.exists() and young.exists() and live.exists() and other.exists()
+    assert sweep_hwloc_files(str(tmp_path)) == ["hydra_hwloc_xmlfile_GhI789"]  # closed now

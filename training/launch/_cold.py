@@ -39,7 +39,7 @@ from training.launch._line import (
     resolve_program,
     still_queued,
     sweep_dead_dirs,
-    sweep_shm,
+    sweep_mpich_leftovers,
     tail,
 )
 from training.launch._warm_pool import run_warm_trial
@@ -173,7 +173,7 @@ def run_trial(
                   config.mpi_async_progress, spec.env)
         log_path = Path(tmp) / "output.log"
         start_failures: list[str] = []
-        sweep_shm()  # killed jobs' shared memory, before it breaks this one's MPI_Init
+        sweep_mpich_leftovers()  # killed jobs' (shared memory breaks a new MPI_Init)
         while True:
             proc, stopped, hung = _run_job(argv, env, log_path, started, deadline, should_stop,
                                            spec.timeout_s, started_marker(result_path))
@@ -195,7 +195,7 @@ def run_trial(
             time.sleep(LAUNCH_RETRY_WAIT_S)
     wall = time.time() - started
     if stopped or proc.returncode != 0:
-        sweep_shm()  # what its killed ranks left
+        sweep_mpich_leftovers()  # what its killed ranks left
     if never_started:
         start_failures.append(_start_failure(proc, stopped, output))
         result = {

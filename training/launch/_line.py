@@ -188,6 +188,55 @@ def sweep_shm(directory: str = SHM_DIR, *, min_age_s: float = SHM_ORPHAN_AGE_S) 
     return removed
 
 
+HWLOC_DIR = "/tmp"  # hydra_pmi_proxy's path is fixed: neither TMPDIR nor MP_TMPDIR moves it
+HWLOC_PREFIX = "hydra_hwloc_xmlfile_"  # the node's topology, which each proxy writes for its ranks
+
+
+def sweep_hwloc_files(directory: str = HWLOC_DIR, *,
+                      min_age_s: float = SHM_ORPHAN_AGE_S) -> list[str]:
+    """Remove the hwloc topology files of MPICH's proxies that were killed, older than
+    ``min_age_s``; the names removed. A live proxy keeps its file open until it exits and
+    removes it then; a proxy ended with its job (a trial's timeout, a retired pool, a killed
+    worker) leaves it behind: 42 in ``/tmp`` after a day of test runs here. Only files that
+    no process has open are removed, and only this user's (called where :func:`sweep_shm` is)."""
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith(HWLOC_PREFIX)]
+    except OSError:
+        return []
+    now, uid = time.time(), os.getuid()
+    stale = []
+    for name in names:
+        with contextlib.suppress(OSError):
+            st = os.stat(os.path.join(directory, name))
+            if st.st_uid == uid and now - st.st_mtime > min_age_s:
+                stale.append(os.path.join(directory, name))
+    if not stale:
+        return []
+    held: set[str] = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if HWLOC_PREFIX in target:
+                        held.add(target)
+    removed = []
+    for path in stale:
+        if os.path.realpath(path) not in held and path not in held:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+                removed.append(os.path.basename(path))
+    return removed
+
+
+def sweep_mpich_leftovers() -> None:
+    """What killed MPICH jobs leave on this machine: shared memory and topology files."""
+    sweep_shm()
+    sweep_hwloc_files()
+
+
 def owned_dir_prefix(kind: str) -> str:
     """``detol-KIND-HOST-``: a folder this host's process makes in the temp dir goes on with its
     pid and ``-``, so that :func:`sweep_dead_dirs` can tell when its owner is gone."""

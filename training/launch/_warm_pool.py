@@ -64,7 +64,7 @@ from training.launch._line import (
     rank_threads,
     still_queued,
     sweep_dead_dirs,
-    sweep_shm,
+    sweep_mpich_leftovers,
     tail,
 )
 
@@ -115,7 +115,7 @@ class WarmPool:
     def start(self) -> None:
         """Launch the job; its ranks connect back when their imports are done."""
         sweep_pool_dirs()
-        sweep_shm()  # killed jobs' shared memory, before it breaks this one's MPI_Init
+        sweep_mpich_leftovers()  # killed jobs' (shared memory breaks a new MPI_Init)
         self._dir = Path(owned_dir("pool"))
         path = str(self._dir / "s")
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -233,7 +233,7 @@ class WarmPool:
         allocation) and remove its files."""
         if self.proc is not None:
             end_job(self.proc, self.launcher)
-            sweep_shm()  # what its killed ranks left
+            sweep_mpich_leftovers()  # what its killed ranks left
         self._cleanup()
 
     def close(self, timeout: float = _CLOSE_WAIT_S) -> None:
