@@ -11,6 +11,7 @@ import json
 import os
 import sys
 import threading
+import time
 import traceback
 from typing import Any
 
@@ -72,10 +73,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with open(args[0]) as f:
         spec_data = json.load(f)
+    deadline = spec_data.pop("deadline", None)  # the launcher's clock, which started first
     timeout_s = spec_data.get("timeout_s")
     timer = None
     if timeout_s:  # a hung rank says where it hangs, in the log, before the launcher kills it
-        timer = _dump_stacks_at(timeout_s - min(10.0, 0.2 * timeout_s))
+        lead = min(10.0, 0.2 * timeout_s)
+        end = time.time() + timeout_s if deadline is None else deadline
+        timer = _dump_stacks_at(max(0.0, end - lead - time.time()), lead)
     try:
         return run(spec_data)
     finally:
@@ -89,14 +93,15 @@ def main(argv: list[str] | None = None) -> int:
 _GIL_HELD_GRACE_S = 3.0
 
 
-def _dump_stacks_at(after_s: float) -> threading.Timer:
-    """Print every thread's stack to stderr after ``after_s`` seconds, holding the GIL.
+def _dump_stacks_at(after_s: float, lead_s: float) -> threading.Timer:
+    """Print every thread's stack to stderr after ``after_s`` seconds (``lead_s`` before the
+    trial's deadline), holding the GIL.
 
     faulthandler's watchdog (dump_traceback_later) reads the other threads' frames without the
     GIL, while they run: CI saw it read a torch backward frame mid-update and crash the rank
     (SIGSEGV, "line 57010688"). A Python thread dumps between bytecodes, where frames are whole."""
     def dump() -> None:
-        sys.stderr.write(f"detol: {after_s:.0f} s into the trial, near its deadline; "
+        sys.stderr.write(f"detol: {lead_s:.0f} s before the trial's deadline; "
                          "every thread's stack follows\n")
         sys.stderr.flush()
         faulthandler.dump_traceback(sys.stderr, all_threads=True)

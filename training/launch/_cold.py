@@ -163,7 +163,8 @@ def run_trial(
     with _trial_dir() as tmp:
         result_path = str(Path(tmp) / "result.json")
         spec_path = Path(tmp) / "spec.json"
-        spec_path.write_text(json.dumps({**spec.to_json(), "result_path": result_path}))
+        spec_path.write_text(json.dumps({**spec.to_json(), "result_path": result_path,
+                                         "deadline": deadline}))
         try:
             argv = launcher_argv(spec.launcher, config.ranks, spec.env)
         except LauncherNotFound as exc:

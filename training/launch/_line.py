@@ -328,9 +328,45 @@ def end_job(proc: subprocess.Popen[bytes], argv: Sequence[str]) -> None:
             os.kill(proc.pid, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=SRUN_TERM_WAIT_S)
+    members = _group_members(proc.pid)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)  # the launcher and everything it started
     proc.wait()
+    _wait_gone(members)  # what they hold open (a proxy's topology file) is closed when we return
+
+
+# How long end_job waits for the killed group's processes to finish exiting (they are SIGKILLed:
+# milliseconds, unless the machine is swamped).
+GROUP_EXIT_WAIT_S = 5.0
+
+
+def _group_members(pgid: int) -> list[int]:
+    """The processes of process group ``pgid`` on this machine (from /proc)."""
+    members = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+            if int(fields[2]) == pgid:  # after "pid (comm)": state, ppid, pgrp
+                members.append(int(pid))
+    return members
+
+
+def _wait_gone(pids: list[int], timeout_s: float = GROUP_EXIT_WAIT_S) -> None:
+    """Wait until each of ``pids`` has exited (gone, or a zombie: its files are closed)."""
+    deadline = time.monotonic() + timeout_s
+    for pid in pids:
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    state = f.read().rpartition(")")[2].split()[0]
+            except (OSError, IndexError):
+                break
+            if state in ("Z", "X"):
+                break
+            time.sleep(0.01)
 
 
 def _waiting(output: str) -> tuple[str, str] | None:
