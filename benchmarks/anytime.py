@@ -52,11 +52,13 @@ TABLES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "benchmarks/tables").g
 # tool -> (strategy section, pruner section) of its study file
 OURS = "detol"  # our default study, the one the goals are about
 # ours, what it was and a candidate: each is ranked in our place (the others never see two of ours)
-VARIANTS = ("detol", "detol-partial", "detol-partial-hb", "detol-rung3", "detol-eta2",
-            "detol-top-half")
+VARIANTS = ("detol", "detol-rung1", "detol-partial", "detol-partial-hb", "detol-rung3",
+            "detol-eta2", "detol-top-half", "detol-rung2", "detol-rung3-eta2")
 BASELINES = ("one-epoch", "random+asha")  # the goals: beaten on every task by more than an SE
 TOOLS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "detol": ({}, {"name": "asha", "promote": True}),
+    # the default until 2026-12-03: the first rung at epoch 1 (now epochs / r^2, rounded up)
+    "detol-rung1": ({}, {"name": "asha", "promote": True, "min_epochs": 1}),
     # two candidates that were measured and not adopted (docs/anytime.md): the predictor on
     # partial curves (BOHB's rule), with ASHA and with asynchronous Hyperband (pause-and-promote)
     "detol-partial": ({"name": "predictor", "partial": True}, {"name": "asha", "promote": True}),
@@ -68,6 +70,9 @@ TOOLS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "detol-rung3": ({}, {"name": "asha", "promote": True, "min_epochs": 3}),
     "detol-eta2": ({}, {"name": "asha", "promote": True, "reduction_factor": 2}),
     "detol-top-half": ({}, {"name": "top-half"}),
+    "detol-rung2": ({}, {"name": "asha", "promote": True, "min_epochs": 2}),
+    "detol-rung3-eta2": ({}, {"name": "asha", "promote": True, "min_epochs": 3,
+                              "reduction_factor": 2}),
     "random+asha": ({"name": "random"}, {"name": "asha"}),
     # random search with our pause-and-promote: which half of detol (the predictor or the
     # promotion) makes the difference

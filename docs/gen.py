@@ -354,11 +354,12 @@ def strategies_page() -> str:
             "Several objectives: " + ", ".join(f"`{n}`" for n in reg.MULTI_OBJECTIVE_PRUNERS)
             + " only. `patient` also reads the options of the pruner it wraps.\n"]
     for name in reg.PRUNERS:
-        spec = reg.pruner_spec(name, {**defaults, "name": name, "max_epochs": 1})
+        spec = reg.pruner_spec(name, pruner.model_construct(name=name).spec_options(1))
         module, _, cls_name = spec.factory.partition(":")
         forms = [spec]
         if "promote" in reg.PRUNER_OPTIONS[name]:
-            forms.append(reg.pruner_spec(name, {**defaults, "promote": True, "max_epochs": 9}))
+            promoting = pruner.model_construct(name=name, promote=True)
+            forms.append(reg.pruner_spec(name, promoting.spec_options(9)))
         built = " (`promote = true`: ".join(
             f"{_whose(f.factory)} `{f.factory.partition(':')[2]}`" for f in forms
         ) + (")" if len(forms) > 1 else "")

@@ -349,6 +349,8 @@ def _header(plan: Plan) -> str:
     todo = (f"{target} {unit}" if not finished else
             f"{finished} of {target} {unit} finished, {target - finished} to run")
     pruner = f"pruner {sf.pruner.name}" + (" (pause and promote)" if sf.pruner.promote else "")
+    if sf.pruner.name == "asha":  # its first rung may be the computed default: say where
+        pruner += f", rungs at epochs {_rungs(sf.pruner, sf.training.epochs)}"
     if sf.checkpointing:
         every = (f"every {sf.checkpoints.every} epochs" if sf.checkpoints.every > 1 else
                  "every epoch" if sf.checkpoints.every == 1 else "on pauses")
@@ -358,6 +360,16 @@ def _header(plan: Plan) -> str:
     return (f"study [bold]{escape(sf.name)}[/] in {escape(redact(plan.url))}: {todo}, "
             f"{plan.concurrency} at a time, {escape(what_a_trial_is(sf))}; {_strategy(plan)}, "
             f"{pruner}")
+
+
+def _rungs(pruner: Any, epochs: int) -> str:
+    """asha's rungs below the full training: ``3, 9`` (``none`` when the first is past it)."""
+    from search.pruners._promotion import PromotingHalving  # the rule, also Optuna's rungs'
+
+    halving = PromotingHalving(min_resource=pruner.first_rung(epochs),
+                               reduction_factor=pruner.reduction_factor,
+                               min_early_stopping_rate=pruner.min_early_stopping_rate)
+    return ", ".join(map(str, halving.rung_epochs(0, epochs))) or "none"
 
 
 def _strategy(plan: Plan) -> str:

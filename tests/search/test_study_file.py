@@ -66,6 +66,44 @@ def test_every_pruner_builds_from_its_table_and_survives_json(table: dict, prune
 
 
 @pytest.mark.parametrize(
+    ("pruner", "epochs", "first_rung", "rungs"),
+    [
+        # asha's default: the third rung (x r^2) is the full training
+        ({"name": "asha", "promote": True}, 20, 3, [3, 9]),
+        ({"name": "asha"}, 27, 3, [3, 9]),
+        ({"name": "asha", "reduction_factor": 2}, 10, 3, [3, 6]),
+        ({"name": "asha"}, 9, 1, [1, 3]),
+        ({"name": "patient", "wrapped": "asha"}, 20, 3, [3, 9]),
+        ({"name": "asha", "promote": True, "min_epochs": 1}, 20, 1, [1, 3, 9]),  # as asked
+        ({"name": "hyperband", "promote": True}, 20, 1, None),  # hyperband's smallest: 1
+    ],
+)
+def test_the_first_rung_defaults_to_a_ninth_of_the_training(
+        pruner: dict, epochs: int, first_rung: int, rungs: list[int] | None) -> None:
+    from search.driver._run import _header
+    from search.strategies._registry import pruner_spec
+
+    sf = parse_study({"name": "x", "pruner": pruner, "training": {"epochs": epochs},
+                      "checkpoints": {"every": 0}})
+    options = sf.pruner.spec_options(epochs)  # what the driver and every trial's rank 0 build
+    assert options["min_epochs"] == first_rung
+    if pruner["name"] != "patient":  # (patient wraps Optuna's pruner, built from the same)
+        assert pruner_spec(sf.pruner.name, options).kwargs["min_resource"] == first_rung
+    if rungs is not None and pruner["name"] == "asha":  # what `search run` says first
+        plan = type("Plan", (), {"sf": sf, "target": 10, "finished": 0, "url": "x.db",
+                                 "concurrency": 1})()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr("search.driver._run._strategy", lambda plan: "auto")
+            assert f"rungs at epochs {', '.join(map(str, rungs))}" in _header(plan)
+    if rungs is not None:
+        from search.pruners._promotion import PromotingHalving
+
+        halving = PromotingHalving(min_resource=first_rung,
+                                   reduction_factor=sf.pruner.reduction_factor)
+        assert halving.rung_epochs(0, epochs) == rungs
+
+
+@pytest.mark.parametrize(
     ("table", "where", "message"),
     [
         ({"name": "median", "percentile": 30.0}, "pruner.percentile", "not an option of the 'median' pruner"),
