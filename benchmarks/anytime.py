@@ -8,7 +8,10 @@ seconds, a trial's start its recorded start. Nothing of the driver's rules is co
 benchmark only writes study files and reads what the driver's event queue reported, and when.
 
 Tools (``TOOLS``): ``detol`` (the default: no strategy named, ``[pruner] name = "asha",
-promote = true``), ``detol-partial`` and ``detol-partial-hb`` (changes tried, not adopted),
+promote = true``; its first rung at a ninth of the training since 2026-12-03), ``detol-rung1``
+(the default before: first rung at epoch 1), ``detol-partial`` and ``detol-partial-hb``, and
+``detol-rung2``, ``detol-eta2``, ``detol-rung3-eta2``, ``detol-top-half`` (changes tried, not
+adopted; ``detol-rung3`` is the adopted rule set by hand),
 ``random+asha`` (random search, Optuna's stop-only successive halving), ``random+promote``
 (random search with our pause-and-promote), ``one-epoch`` (random search, the one-epoch
 top-half rule), ``tpe+hyperband`` (Optuna's TPE and HyperbandPruner), ``random`` (full
