@@ -172,13 +172,21 @@ def _fault_mid_trial(tmp_path: Path, nodes_env: dict[str, str], kind: str, pick:
 
 def _failed_requeued_and_finished_elsewhere(trials: list, fault: dict,
                                             *reasons: str) -> float:
-    assert len(trials) == 2, [(t.state, t.user_attrs.get("exit_reason")) for t in trials]
-    first, retry = trials
+    # A retry whose job lands on the struck node as it comes back may fail MPI_Init there on
+    # every launch (docs/clusters.md: seen once after a freeze, once after a crash, 2026-12-02
+    # and -03): it fails as a start failure and is re-queued in turn, once at most here.
+    assert len(trials) in (2, 3), [(t.state, t.user_attrs.get("exit_reason")) for t in trials]
+    first, *restarts, retry = trials
     assert first.state == TrialState.FAIL and first.values is None
     assert first.user_attrs["exit_reason"].startswith(reasons), first.user_attrs["exit_reason"]
     assert "parameters re-queued" in first.user_attrs["exit_reason"]
+    for again in restarts:
+        reason = again.user_attrs["exit_reason"]
+        assert again.state == TrialState.FAIL and again.params == first.params, reason
+        assert reason.startswith("MPI job failed to start") and "parameters re-queued" in reason
+        assert again.user_attrs["detol:retry_of"] == first.number
     assert retry.state == TrialState.COMPLETE and retry.params == first.params
-    assert retry.user_attrs["detol:retry_of"] == 0
+    assert retry.user_attrs["detol:retry_of"] == (restarts[-1] if restarts else first).number
     assert not soak.final_problems(trials, budget=1, max_retries=node_faults.MAX_RETRIES)
     return first.datetime_complete.timestamp() - fault["at"]
 
