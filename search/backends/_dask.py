@@ -16,7 +16,7 @@ from typing import Any
 
 from search.clusters._base import MPI
 from training.contract import TrialSpec
-from training.launch import node_lost, run_trial
+from training.launch import never_started, node_lost, run_trial
 
 _GONE = ("cancelled", "released", "forgotten")
 
@@ -74,11 +74,17 @@ def run_trial_on_worker(spec: TrialSpec) -> dict[str, Any]:
     if result.get("state") != "failed":
         return result
     line = node_lost(f"{result.get('exit_reason', '')}\n{result.get('log', '')}")
-    if not line:
-        return result
-    _close_worker_soon(f"its batch allocation lost a node ({line})")
-    return {**result, "lost": True,
-            "exit_reason": f"node lost: {line}\n{result.get('exit_reason', '')}"}
+    if line:
+        _close_worker_soon(f"its batch allocation lost a node ({line})")
+        return {**result, "lost": True,
+                "exit_reason": f"node lost: {line}\n{result.get('exit_reason', '')}"}
+    if never_started(result) and "batch_job" in result:
+        # Every launch in this allocation failed in MPI_Init (seen on a node just back from a
+        # crash or a freeze: docs/clusters.md): nothing of the trial ran, and the allocation is
+        # suspect. The parameters run again (budget.max_retries) in another allocation.
+        _close_worker_soon("its batch allocation could not start an MPI job")
+        return {**result, "lost": True}
+    return result
 
 
 def _close_worker_soon(reason: str) -> None:

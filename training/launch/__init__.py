@@ -16,6 +16,7 @@ from training.launch._line import (
     end_with_launcher,
     job_env,
     launcher_argv,
+    never_started,
     node_lost,
     pid_alive,
     rank_threads,
@@ -28,6 +29,6 @@ from training.launch._warm_pool import idle_pools, run_warm_trial, shutdown_pool
 __all__ = [
     "DEFAULT_LAUNCHER", "SINGLE_NODE_ENV", "TRIAL_CORES_ENV", "LauncherNotFound",
     "die_with_parent", "end_job", "end_with_launcher", "idle_pools", "job_env", "launcher_argv",
-    "node_lost", "pid_alive", "rank_threads", "resolve_program", "run_trial", "run_warm_trial",
-    "shutdown_pools", "still_queued", "threads_here",
+    "never_started", "node_lost", "pid_alive", "rank_threads", "resolve_program", "run_trial",
+    "run_warm_trial", "shutdown_pools", "still_queued", "threads_here",
 ]

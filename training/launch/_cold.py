@@ -26,6 +26,7 @@ from training.launch._line import (
     LAUNCH_ATTEMPTS,
     LAUNCH_RETRY_WAIT_S,
     LOG_LIMIT,
+    START_FAILED,
     LauncherNotFound,
     StartWatch,
     die_with_parent,
@@ -202,7 +203,7 @@ def run_trial(
         result = {
             "state": "failed",
             "exit_reason": (
-                f"MPI job failed to start: not all {config.ranks} ranks got through MPI_Init "
+                f"{START_FAILED}: not all {config.ranks} ranks got through MPI_Init "
                 f"(it ended or was stuck), {len(start_failures)} times\n{tail(output)}"
             ),
             "log": output[-LOG_LIMIT:],

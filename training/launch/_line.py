@@ -461,6 +461,16 @@ _NODE_LOST = re.compile(
 )
 
 
+START_FAILED = "MPI job failed to start"  # the reason's start when no launch got through MPI_Init
+
+
+def never_started(result: Mapping[str, Any]) -> bool:
+    """Whether a failed trial's every launch ended or hung before all its ranks were through
+    ``MPI_Init`` (:data:`LAUNCH_ATTEMPTS` of them): nothing of the trial ran."""
+    return (result.get("state") == "failed"
+            and str(result.get("exit_reason", "")).startswith(START_FAILED))
+
+
 def node_lost(output: str) -> str:
     """The line of a failed job's output that says its batch allocation lost a node ('' when
     none): such a trial failed through no fault of its own, and the allocation is not to be used

@@ -52,6 +52,7 @@ from training.launch._line import (
     LAUNCH_ATTEMPTS,
     LAUNCH_RETRY_WAIT_S,
     LOG_LIMIT,
+    START_FAILED,
     LauncherNotFound,
     StartWatch,
     die_with_parent,
@@ -372,7 +373,7 @@ def run_warm_trial(
                               f"{first_error(log) or tail(log)}")
         if len(start_failures) >= LAUNCH_ATTEMPTS:
             result = {**result, "exit_reason": (
-                f"MPI job failed to start: not all {pool_ranks} ranks of the warm pool got "
+                f"{START_FAILED}: not all {pool_ranks} ranks of the warm pool got "
                 f"through MPI_Init (it ended or was stuck), {len(start_failures)} times\n"
                 f"{result.get('exit_reason', '')}")}
             break
