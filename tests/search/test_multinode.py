@@ -173,8 +173,8 @@ def _fault_mid_trial(tmp_path: Path, nodes_env: dict[str, str], kind: str, pick:
 def _failed_requeued_and_finished_elsewhere(trials: list, fault: dict,
                                             *reasons: str) -> float:
     # A retry whose job lands on the struck node as it comes back may fail MPI_Init there on
-    # every launch (docs/clusters.md: seen once after a freeze, once after a crash, 2026-12-02
-    # and -03): it fails as a start failure and is re-queued in turn, once at most here.
+    # every launch (docs/clusters.md: seen after a freeze and after a crash): on a batch worker
+    # that is a lost trial, re-queued in turn (tests/search/test_start_failures.py); once here.
     assert len(trials) in (2, 3), [(t.state, t.user_attrs.get("exit_reason")) for t in trials]
     first, *restarts, retry = trials
     assert first.state == TrialState.FAIL and first.values is None
