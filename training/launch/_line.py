@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 DEFAULT_LAUNCHER = "mpiexec -n {ranks}"
@@ -159,33 +159,7 @@ def sweep_shm(directory: str = SHM_DIR, *, min_age_s: float = SHM_ORPHAN_AGE_S) 
     ``MPIDI_POSIX_comm_bootstrap: Out of memory``. Called before every launch and after every
     job this machine's launchers end; only this machine's segments (on other nodes of a
     multi-node job, SLURM's own clean-up or the node's reboot removes them)."""
-    try:
-        names = [n for n in os.listdir(directory) if n.startswith(SHM_PREFIX)]
-    except OSError:
-        return []
-    now, uid = time.time(), os.getuid()
-    stale = []
-    for name in names:
-        with contextlib.suppress(OSError):
-            st = os.stat(os.path.join(directory, name))
-            if st.st_uid == uid and now - st.st_mtime > min_age_s:
-                stale.append(name)
-    if not stale:
-        return []
-    mapped: set[str] = set()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as maps:
-            mapped.update(line.rsplit("/", 1)[-1].strip() for line in maps
-                          if SHM_PREFIX in line)
-    removed = []
-    for name in stale:
-        if name not in mapped:
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(directory, name))
-                removed.append(name)
-    return removed
+    return _sweep_unused(directory, SHM_PREFIX, min_age_s, _mapped)
 
 
 HWLOC_DIR = "/tmp"  # hydra_pmi_proxy's path is fixed: neither TMPDIR nor MP_TMPDIR moves it
@@ -199,8 +173,15 @@ def sweep_hwloc_files(directory: str = HWLOC_DIR, *,
     removes it then; a proxy ended with its job (a trial's timeout, a retired pool, a killed
     worker) leaves it behind: 42 in ``/tmp`` after a day of test runs here. Only files that
     no process has open are removed, and only this user's (called where :func:`sweep_shm` is)."""
+    return _sweep_unused(directory, HWLOC_PREFIX, min_age_s, _opened)
+
+
+def _sweep_unused(directory: str, prefix: str, min_age_s: float,
+                  in_use: Callable[[str], set[str]]) -> list[str]:
+    """Remove this user's files ``directory/prefix*`` older than ``min_age_s`` whose names
+    ``in_use(prefix)`` (read from /proc, only when there is a candidate) does not hold."""
     try:
-        names = [n for n in os.listdir(directory) if n.startswith(HWLOC_PREFIX)]
+        names = [n for n in os.listdir(directory) if n.startswith(prefix)]
     except OSError:
         return []
     now, uid = time.time(), os.getuid()
@@ -209,26 +190,43 @@ def sweep_hwloc_files(directory: str = HWLOC_DIR, *,
         with contextlib.suppress(OSError):
             st = os.stat(os.path.join(directory, name))
             if st.st_uid == uid and now - st.st_mtime > min_age_s:
-                stale.append(os.path.join(directory, name))
+                stale.append(name)
     if not stale:
         return []
+    used = in_use(prefix)
+    removed = []
+    for name in stale:
+        if name not in used:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(directory, name))
+                removed.append(name)
+    return removed
+
+
+def _processes() -> list[str]:
+    return [pid for pid in os.listdir("/proc") if pid.isdigit()]
+
+
+def _mapped(prefix: str) -> set[str]:
+    """The names of ``prefix*`` files that some process maps (shared memory)."""
+    mapped: set[str] = set()
+    for pid in _processes():
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as maps:
+            mapped.update(line.rsplit("/", 1)[-1].strip() for line in maps if prefix in line)
+    return mapped
+
+
+def _opened(prefix: str) -> set[str]:
+    """The names of ``prefix*`` files that some process has open."""
     held: set[str] = set()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
+    for pid in _processes():
         with contextlib.suppress(OSError):
             for fd in os.listdir(f"/proc/{pid}/fd"):
                 with contextlib.suppress(OSError):
                     target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                    if HWLOC_PREFIX in target:
-                        held.add(target)
-    removed = []
-    for path in stale:
-        if os.path.realpath(path) not in held and path not in held:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-                removed.append(os.path.basename(path))
-    return removed
+                    if prefix in target:
+                        held.add(os.path.basename(target))
+    return held
 
 
 def sweep_mpich_leftovers() -> None:
@@ -340,32 +338,25 @@ def end_job(proc: subprocess.Popen[bytes], argv: Sequence[str]) -> None:
 GROUP_EXIT_WAIT_S = 5.0
 
 
+def _stat(pid: int | str) -> list[str]:
+    """The fields of /proc/PID/stat after ``pid (comm)``: state, ppid, pgrp, ... ([] if gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()
+    except OSError:
+        return []
+
+
 def _group_members(pgid: int) -> list[int]:
     """The processes of process group ``pgid`` on this machine (from /proc)."""
-    members = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rpartition(")")[2].split()
-            if int(fields[2]) == pgid:  # after "pid (comm)": state, ppid, pgrp
-                members.append(int(pid))
-    return members
+    return [int(pid) for pid in _processes() if _stat(pid)[2:3] == [str(pgid)]]
 
 
 def _wait_gone(pids: list[int], timeout_s: float = GROUP_EXIT_WAIT_S) -> None:
     """Wait until each of ``pids`` has exited (gone, or a zombie: its files are closed)."""
     deadline = time.monotonic() + timeout_s
     for pid in pids:
-        while time.monotonic() < deadline:
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    state = f.read().rpartition(")")[2].split()[0]
-            except (OSError, IndexError):
-                break
-            if state in ("Z", "X"):
-                break
+        while time.monotonic() < deadline and _stat(pid)[:1] not in ([], ["Z"], ["X"]):
             time.sleep(0.01)
 
 
