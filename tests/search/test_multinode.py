@@ -127,6 +127,36 @@ def test_sync_sgd_on_two_nodes_gives_the_weights_of_one_node(
     assert any(float((across[k] - _init(k, here)).abs().max()) > 1e-2 for k in here)
 
 
+# A rank whose heap holds freed 4 KB blocks of dense bytes before MPI_Init, as a Python process
+# leaves them: with a plain ``from mpi4py import MPI`` the bytes after its UCX address made PMI-1
+# lines over SLURM's 1024-byte read, and every launch failed or hung (training/jobs/_mpi_start.py).
+_DIRTY_HEAP_START = """
+import sys
+blocks = [(b"\\xab\\xcd" * 2100)[:4063] for _ in range(400)]
+kept = blocks[1::2]
+del blocks[0::2]
+from training.jobs._mpi_start import start_mpi
+MPI = start_mpi()
+MPI.COMM_WORLD.Barrier()
+print(f"through MPI_Init: {MPI.COMM_WORLD.rank} of {MPI.COMM_WORLD.size}", flush=True)
+"""
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_a_rank_whose_heap_held_dense_data_gets_through_mpi_init_across_nodes(
+        tmp_path: Path, nodes_env: dict[str, str], ranks: int) -> None:
+    script = tmp_path / "start.py"
+    script.write_text(_DIRTY_HEAP_START)
+    proc = subprocess.run(["srun", "-N", "2", "--mpi=pmi2", "-n", str(ranks), sys.executable,
+                           str(script)], env={**nodes_env, **_STUDY_ENV}, cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "value not properly terminated" not in out, out[-3000:]
+    assert sorted(proc.stdout.split("\n")[:-1]) == sorted(
+        f"through MPI_Init: {r} of {ranks}" for r in range(ranks)), out[-3000:]
+
+
 def _init(key: str, trained: dict[str, torch.Tensor]) -> torch.Tensor:
     """The weight ``key`` as the trainer initialises it (seed 5): training moved it."""
     from training.models._mlp import build_mlp
@@ -172,9 +202,9 @@ def _fault_mid_trial(tmp_path: Path, nodes_env: dict[str, str], kind: str, pick:
 
 def _failed_requeued_and_finished_elsewhere(trials: list, fault: dict,
                                             *reasons: str) -> float:
-    # A retry whose job lands on the struck node as it comes back may fail MPI_Init there on
-    # every launch (docs/clusters.md: seen after a freeze and after a crash): on a batch worker
-    # that is a lost trial, re-queued in turn (tests/search/test_start_failures.py); once here.
+    # A retry whose job failed MPI_Init on every launch (seen after a freeze and after a crash,
+    # with the PMI lines garbled as training/jobs/_mpi_start.py now prevents) is, on a batch
+    # worker, a lost trial re-queued in turn (tests/search/test_start_failures.py): once here.
     assert len(trials) in (2, 3), [(t.state, t.user_attrs.get("exit_reason")) for t in trials]
     first, *restarts, retry = trials
     assert first.state == TrialState.FAIL and first.values is None

@@ -216,7 +216,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from training.jobs._mpi_start import start_mpi
     from training.launch import end_with_launcher
 
     end_with_launcher()  # no rank outlives its launcher (Hydra's proxy included)
+    start_mpi()  # MPI_Init, through a PMI relay under SLURM's pmi2 (long PMI lines)
     raise SystemExit(main())

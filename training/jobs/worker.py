@@ -128,7 +128,9 @@ def _exit_now(code: int) -> None:
 
 
 if __name__ == "__main__":
+    from training.jobs._mpi_start import start_mpi
     from training.launch import end_with_launcher
 
     end_with_launcher()  # no rank outlives its launcher (Hydra's proxy included)
+    start_mpi()  # MPI_Init, through a PMI relay under SLURM's pmi2 (long PMI lines)
     _exit_now(main())

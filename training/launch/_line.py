@@ -390,9 +390,9 @@ def still_queued(output: str, since: float, *, now: float | None = None) -> str:
 
 # A job whose ranks are not all through MPI_Init this long (at most a third of the trial's
 # timeout) after its launcher got its
-# resources is stuck there (SLURM 22.05's pmi2 plugin now and then misreads a long PMI-1 "put"
-# of the mpich wheel's start-up exchange, "value not properly terminated in client request",
-# and every rank then waits for ever): it is killed and launched again, as one that died.
+# resources is stuck there (a rank that waits for a peer that never came, or for a PMI answer
+# that never comes; SLURM 22.05's pmi2 plugin cuts a PMI-1 line over 1024 bytes, which our ranks
+# avoid, training/jobs/_mpi_start.py): it is killed and launched again, as one that died.
 START_TIMEOUT_S = float(os.environ.get("DETOL_START_TIMEOUT_S", "60"))
 
 
