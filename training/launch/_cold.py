@@ -208,8 +208,6 @@ def run_trial(
             ),
             "log": output[-LOG_LIMIT:],
         }
-    if never_started:
-        pass
     elif stopped:  # with what the job printed (a rank near the timeout prints its stack)
         result = {"state": "failed", "exit_reason": stopped, "log": output[-LOG_LIMIT:]}
     elif proc.returncode != 0 and result.get("state") != "failed":
