@@ -55,3 +55,23 @@ def test_a_put_of_the_announced_length_fits_slurms_read() -> None:
     assert len(line.encode()) <= SLURM_READ
     assert announced(b"cmd=maxes rc=0 kvsname_max=256 keylen_max=64 vallen_max=512").endswith(
         b"vallen_max=512")  # a smaller announcement stands
+
+
+def test_a_pmi2_wire_client_has_its_bytes_passed_as_they_come() -> None:
+    # PMI-2's wire protocol (a 6-character length, then the command; no newline), as Open MPI
+    # speaks it under srun --mpi=pmi2: nothing to rewrite, nothing to wait for.
+    mpich, relay_client = socket.socketpair()
+    relay_server, slurm = socket.socketpair()
+    thread = threading.Thread(target=relay, args=(relay_client, relay_server), daemon=True)
+    thread.start()
+    for sock in (mpich, slurm):
+        sock.settimeout(10)  # a relay that waits for a newline never passes it on
+    request = b"    48cmd=fullinit;pmijobid=12.0;pmirank=0;threaded=FALSE;"
+    mpich.sendall(request)
+    assert slurm.recv(65536) == request
+    answer = b"    56cmd=fullinit-response;rc=0;pmi-version=2;pmi-subversion=0;"
+    slurm.sendall(answer)
+    assert mpich.recv(65536) == answer
+    slurm.close()
+    thread.join(5)
+    assert not thread.is_alive()

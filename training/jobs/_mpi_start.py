@@ -46,15 +46,23 @@ def announced(line: bytes) -> bytes:
 
 def relay(client: socket.socket, server: socket.socket) -> None:
     """Pass PMI-1 lines both ways until either side closes, each line in one write (SLURM
-    reads one request a ``read``); the server's ``maxes`` answer through :func:`announced`."""
+    reads one request a ``read``); the server's ``maxes`` answer through :func:`announced`.
+    A client that does not open with PMI-1's ``cmd=init`` (PMI-2's wire protocol: length
+    headers, no newlines) has its bytes passed as they come."""
     peer = {client: server, server: client}
     pending = {client: b"", server: b""}
+    lines_mode: bool | None = None
     while True:
         ready, _, _ = select.select([client, server], [], [])
         for side in ready:
             data = side.recv(65536)
             if not data:
                 return
+            if lines_mode is None and side is client:
+                lines_mode = (pending[side] + data).startswith(b"cmd=init")
+            if not lines_mode:
+                peer[side].sendall(data)
+                continue
             *lines, pending[side] = (pending[side] + data).split(b"\n")
             for line in lines:
                 peer[side].sendall((announced(line) if side is server else line) + b"\n")
