@@ -33,6 +33,16 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     _starts.entering(None)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    """The last test of a module (or of the run) also ends the module's and the session's
+    fixtures, which other tests started (a PostgreSQL server): stopping them is not the unit
+    test's doing. Its own fixtures' teardown still may start nothing, except there."""
+    if nextitem is None or getattr(nextitem, "module", None) is not getattr(item, "module", None):
+        _starts.entering(None)
+    yield
+
+
 def _terminated(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(f"pytest got signal {signum}")
 
