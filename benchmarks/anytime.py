@@ -13,7 +13,8 @@ promote = true``; its first rung at a ninth of the training since 2026-12-03), `
 ``detol-rung2``, ``detol-eta2``, ``detol-rung3-eta2``, ``detol-top-half`` (changes tried, not
 adopted; ``detol-rung3`` is the adopted rule set by hand),
 ``random+asha`` (random search, Optuna's stop-only successive halving), ``random+promote``
-(random search with our pause-and-promote), ``one-epoch`` (random search, the one-epoch
+and ``random+promote-rung1`` (random search with our pause-and-promote, the first rung of ours
+and of ours before; ranked in our place, a diagnostic), ``one-epoch`` (random search, the one-epoch
 top-half rule), ``tpe+hyperband`` (Optuna's TPE and HyperbandPruner), ``random`` (full
 fidelity); the peers of ``benchmarks/_common/anytime_peers.py`` in their own environments.
 
@@ -56,7 +57,8 @@ TABLES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "benchmarks/tables").g
 OURS = "detol"  # our default study, the one the goals are about
 # ours, what it was and a candidate: each is ranked in our place (the others never see two of ours)
 VARIANTS = ("detol", "detol-rung1", "detol-partial", "detol-partial-hb", "detol-rung3",
-            "detol-eta2", "detol-top-half", "detol-rung2", "detol-rung3-eta2")
+            "detol-eta2", "detol-top-half", "detol-rung2", "detol-rung3-eta2",
+            "random+promote", "random+promote-rung1")
 BASELINES = ("one-epoch", "random+asha")  # the goals: beaten on every task by more than an SE
 TOOLS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "detol": ({}, {"name": "asha", "promote": True}),
@@ -78,8 +80,11 @@ TOOLS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                               "reduction_factor": 2}),
     "random+asha": ({"name": "random"}, {"name": "asha"}),
     # random search with our pause-and-promote: which half of detol (the predictor or the
-    # promotion) makes the difference
+    # promotion) makes the difference; ranked in our place (a diagnostic, not a peer), with
+    # the first rung of ours now and of ours until 2026-12-03
     "random+promote": ({"name": "random"}, {"name": "asha", "promote": True}),
+    "random+promote-rung1": ({"name": "random"}, {"name": "asha", "promote": True,
+                                                   "min_epochs": 1}),
     "one-epoch": ({"name": "random"}, {"name": "top-half"}),
     "tpe+hyperband": ({"name": "tpe"}, {"name": "hyperband"}),
     "random": ({"name": "random"}, {"name": "none"}),
