@@ -23,6 +23,8 @@ import signal
 import socket
 from typing import Any
 
+from training.launch._line import _death_signal
+
 SLURM_READ = 1024  # bytes of one PMI-1 request SLURM 22.05's pmi2 plugin reads at once
 # What the relay announces: a put line is "cmd=put kvsname=K key=Y value=V\n", 29 bytes besides
 # K (SLURM's "JOBID.STEPID"), Y (at most keylen_max, 64) and V; 768 leaves 160 for K.
@@ -68,12 +70,6 @@ def relay(client: socket.socket, server: socket.socket) -> None:
                 peer[side].sendall((announced(line) if side is server else line) + b"\n")
 
 
-def _die_with_parent() -> None:
-    from training.launch._line import _death_signal
-
-    _death_signal(signal.SIGKILL)
-
-
 def interpose_pmi() -> bool:
     """Put :func:`relay` between this process and SLURM's pmi2 (``PMI_FD``); whether it did
     (only under ``srun --mpi=pmi2``). The relay is a child that ends with this process."""
@@ -85,7 +81,7 @@ def interpose_pmi() -> bool:
     if pid == 0:  # the relay: the real PMI socket and one end of the pair
         code = 0
         try:
-            _die_with_parent()
+            _death_signal(signal.SIGKILL)  # the relay ends with its rank
             ours.close()
             relay(theirs, socket.socket(fileno=int(fd)))
         except BaseException:  # noqa: BLE001 - the rank sees its PMI socket close
