@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from training.jobs._regroup import Shelf, regroup
+from training.jobs._stacks import cancel, stacks_before
 from training.jobs._trial import WrongRankCount, train_spec
 from training.launch._line import pid_alive
 
@@ -204,7 +205,13 @@ def main(argv: list[str] | None = None) -> int:
         payload = _share(ctrl, line.strip())
         if not payload:
             break  # the Dask side closed the socket: shut down
-        reply = serve_one(ctrl, json.loads(payload))
+        message = json.loads(payload)
+        # A hung trial's log shows where each rank is, as a cold job's does.
+        timer = stacks_before(message.get("deadline"), message.get("timeout_s"))
+        try:
+            reply = serve_one(ctrl, message)
+        finally:
+            cancel(timer)
         if sock is not None and reply is not None:
             sock.sendall(json.dumps(reply).encode() + b"\n")
         _reset()

@@ -6,14 +6,13 @@ An exception on any rank aborts the whole job, so no rank is left waiting.
 
 from __future__ import annotations
 
-import faulthandler
 import json
 import os
 import sys
-import threading
-import time
 import traceback
 from typing import Any
+
+from training.jobs._stacks import cancel, stacks_before
 
 
 def _write_json(path: str, data: dict[str, Any]) -> None:
@@ -75,44 +74,12 @@ def main(argv: list[str] | None = None) -> int:
         spec_data = json.load(f)
     deadline = spec_data.pop("deadline", None)  # the launcher's clock, which started first
     timeout_s = spec_data.get("timeout_s")
-    timer = None
-    if timeout_s:  # a hung rank says where it hangs, in the log, before the launcher kills it
-        lead = min(10.0, 0.2 * timeout_s)
-        end = time.time() + timeout_s if deadline is None else deadline
-        timer = _dump_stacks_at(max(0.0, end - lead - time.time()), lead)
+    # A hung rank says where it hangs, in the log, before the launcher kills it.
+    timer = stacks_before(deadline, timeout_s)
     try:
         return run(spec_data)
     finally:
-        if timer is not None:
-            timer.cancel()
-        faulthandler.cancel_dump_traceback_later()
-
-
-# Seconds after the deadline dump that faulthandler's own watchdog dumps instead: only when the
-# dump could not take the GIL (a thread holds it inside a C call, so its frames stand still).
-_GIL_HELD_GRACE_S = 3.0
-
-
-def _dump_stacks_at(after_s: float, lead_s: float) -> threading.Timer:
-    """Print every thread's stack to stderr after ``after_s`` seconds (``lead_s`` before the
-    trial's deadline), holding the GIL.
-
-    faulthandler's watchdog (dump_traceback_later) reads the other threads' frames without the
-    GIL, while they run: CI saw it read a torch backward frame mid-update and crash the rank
-    (SIGSEGV, "line 57010688"). A Python thread dumps between bytecodes, where frames are whole."""
-    def dump() -> None:
-        sys.stderr.write(f"detol: {lead_s:.0f} s before the trial's deadline; "
-                         "every thread's stack follows\n")
-        sys.stderr.flush()
-        faulthandler.dump_traceback(sys.stderr, all_threads=True)
-        sys.stderr.flush()
-        faulthandler.cancel_dump_traceback_later()
-
-    timer = threading.Timer(after_s, dump)
-    timer.daemon = True
-    timer.start()
-    faulthandler.dump_traceback_later(after_s + _GIL_HELD_GRACE_S)
-    return timer
+        cancel(timer)
 
 
 def _exit_now(code: int) -> None:
