@@ -37,6 +37,26 @@ def digits_rank1_dies(val_fraction: float) -> Dataset:
     return load_dataset("digits", val_fraction)
 
 
+def digits_rank1_dies_unseen(val_fraction: float) -> Dataset:
+    """Rank 1 exits hard, but a child of it keeps its PMI socket open (and nothing else): what
+    Hydra sees when it misses a rank's exit, so only the ranks' own watch can end the job. The
+    child leaves when the launcher closes the socket's other end."""
+    import os
+    import select
+
+    from mpi4py import MPI
+
+    if MPI.COMM_WORLD.rank == 1:
+        pmi = int(os.environ["PMI_FD"])
+        if os.fork() == 0:
+            os.closerange(0, pmi)
+            os.closerange(pmi + 1, 4096)
+            select.select([pmi], [], [], 300)
+            os._exit(0)
+        os._exit(9)
+    return load_dataset("digits", val_fraction)
+
+
 def digits_failing_on_three_ranks(val_fraction: float) -> Dataset:
     """Digits, but a 3-rank job raises on rank 1: lets a study mix good and failing trials."""
     from mpi4py import MPI

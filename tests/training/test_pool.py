@@ -130,6 +130,18 @@ def test_a_rank_that_dies_fails_the_trial_and_the_next_gets_a_fresh_pool() -> No
     assert after["pool"]["fresh"] and after["pool"]["pid"] != dead["pool"]["pid"]
 
 
+def test_a_rank_that_dies_unseen_by_the_launcher_still_fails_the_trial_at_once() -> None:
+    # Its PMI socket stays open (a child holds it), so Hydra does not end the job: the dead
+    # rank's peer on this node does (training/jobs/_peers.py), not the trial's timeout.
+    started = time.monotonic()
+    dead = _trial(dataset="_trial_helpers:digits_rank1_dies_unseen", timeout_s=90)
+    assert dead["state"] == "failed"
+    assert "exited with code" in dead["exit_reason"], dead.get("log", "")[-6000:]
+    assert "[rank 0] detol: rank 1 (pid" in dead["log"] and "is gone" in dead["log"]
+    assert time.monotonic() - started < 60  # not waited out (seen: 90 s timeout without it)
+    assert _gone_within(15) == [], "the broken pool's ranks are still alive"
+
+
 def test_a_trial_past_its_timeout_kills_the_pool_and_says_so() -> None:
     _trial()  # a warm pool is there when the long trial starts
     started = time.monotonic()

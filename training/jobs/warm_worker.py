@@ -36,6 +36,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from training.jobs._peers import watch_node_peers
 from training.jobs._regroup import Shelf, regroup
 from training.jobs._stacks import cancel, stacks_before
 from training.jobs._trial import WrongRankCount, train_spec
@@ -192,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
 
     faulthandler.register(signal.SIGUSR1)  # kill -USR1 RANK: its stack, in the pool's log
     ctrl = MPI.COMM_WORLD.Dup()  # the pool's control communicator
+    ending = watch_node_peers(ctrl)  # a rank that dies ends the pool, whatever the launcher saw
     _warm_up()
     sock = None
     reader = None
@@ -204,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         line = reader.readline() if reader is not None else b""  # rank 0 blocks, idle
         payload = _share(ctrl, line.strip())
         if not payload:
+            ending.set()  # the ranks end now, each in its own time
             break  # the Dask side closed the socket: shut down
         message = json.loads(payload)
         # A hung trial's log shows where each rank is, as a cold job's does.

@@ -12,6 +12,7 @@ import sys
 import traceback
 from typing import Any
 
+from training.jobs._peers import watch_node_peers
 from training.jobs._stacks import cancel, stacks_before
 
 
@@ -30,6 +31,7 @@ def run(spec_data: dict[str, Any]) -> int:
 
     comm = MPI.COMM_WORLD
     spec = TrialSpec.from_json(spec_data)
+    ending = watch_node_peers(comm)  # a rank that dies ends the job, whatever the launcher saw
     if spec.result_path:
         comm.Barrier()  # every rank is through MPI_Init: from here on a failure is the trial's
         if comm.rank == 0:
@@ -38,6 +40,7 @@ def run(spec_data: dict[str, Any]) -> int:
     try:
         config = spec.config
         out = train_spec(spec, config, comm)
+        ending.set()  # the ranks end now, each in its own time
         if out is not None and spec.result_path:
             _write_json(spec.result_path, out)
         return 0
