@@ -2,7 +2,7 @@
 
 A launcher ends the whole job when one of its ranks dies; our trial's failure comes from that.
 Hydra (the ``mpich`` wheel's ``mpiexec``) notices a rank that exits through the rank's PMI socket
-closing, and once in about 60 tries here (and once in CI, 2026-12-03) it did not: the dead
+closing, and once in 43 tries here (and once in CI, 2026-12-03) it did not: the dead
 rank's peers waited in a collective until the trial's timeout (120 s), and the trial failed for
 its timeout instead of for the rank that died. Here every rank watches the other ranks of its
 job on its own node (same host name and PID namespace; each known by pid and start time, so a
@@ -20,19 +20,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from training.launch._line import started
+
 CHECK_S = 0.5  # seconds between two looks at the peers
 GONE_EXIT = 72  # a rank's exit code when a peer on its node vanished (70: the Dask worker did)
-
-
-def started(pid: int) -> str | None:
-    """Process ``pid``'s start time (clock ticks after boot) while it runs; ``None`` when it is
-    gone, a zombie, or there is no ``/proc``."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] in ("Z", "X", "x") else fields[19]
 
 
 def _node() -> str:

@@ -15,12 +15,7 @@ import time
 GIL_HELD_GRACE_S = 3.0
 
 
-def dump_lead(timeout_s: float) -> float:
-    """How long before the deadline the stacks are printed: a fifth of the timeout, 10 s at most."""
-    return min(10.0, 0.2 * timeout_s)
-
-
-def dump_stacks_at(after_s: float, lead_s: float) -> threading.Timer:
+def _dump_stacks_at(after_s: float, lead_s: float) -> threading.Timer:
     """Print every thread's stack to stderr after ``after_s`` seconds (``lead_s`` before the
     trial's deadline), holding the GIL; cancel it with :func:`cancel`.
 
@@ -43,13 +38,13 @@ def dump_stacks_at(after_s: float, lead_s: float) -> threading.Timer:
 
 
 def stacks_before(deadline: float | None, timeout_s: float | None) -> threading.Timer | None:
-    """:func:`dump_stacks_at` for a trial that ends at ``deadline`` (the launcher's clock,
+    """:func:`_dump_stacks_at` for a trial that ends at ``deadline`` (the launcher's clock,
     ``time.time()``; ``None``: ``timeout_s`` from now); ``None`` without a timeout."""
     if not timeout_s:
         return None
-    lead = dump_lead(timeout_s)
+    lead = min(10.0, 0.2 * timeout_s)  # a fifth of the timeout, 10 s at most
     end = time.time() + timeout_s if deadline is None else deadline
-    return dump_stacks_at(max(0.0, end - lead - time.time()), lead)
+    return _dump_stacks_at(max(0.0, end - lead - time.time()), lead)
 
 
 def cancel(timer: threading.Timer | None) -> None:

@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             break  # the Dask side closed the socket: shut down
         message = json.loads(payload)
         # A hung trial's log shows where each rank is, as a cold job's does.
-        timer = stacks_before(message.get("deadline"), message.get("timeout_s"))
+        timer = stacks_before(message.get("deadline"), message["spec"].get("timeout_s"))
         try:
             reply = serve_one(ctrl, message)
         finally:

@@ -347,6 +347,13 @@ def _stat(pid: int | str) -> list[str]:
         return []
 
 
+def started(pid: int | str) -> str | None:
+    """Process ``pid``'s start time (clock ticks after boot) while it runs; ``None`` once it has
+    exited (gone, or a zombie: its files are closed) or where there is no ``/proc``."""
+    fields = _stat(pid)
+    return None if fields[:1] in ([], ["Z"], ["X"]) or len(fields) < 20 else fields[19]
+
+
 def _group_members(pgid: int) -> list[int]:
     """The processes of process group ``pgid`` on this machine (from /proc)."""
     return [int(pid) for pid in _processes() if _stat(pid)[2:3] == [str(pgid)]]
@@ -356,7 +363,7 @@ def _wait_gone(pids: list[int], timeout_s: float = GROUP_EXIT_WAIT_S) -> None:
     """Wait until each of ``pids`` has exited (gone, or a zombie: its files are closed)."""
     deadline = time.monotonic() + timeout_s
     for pid in pids:
-        while time.monotonic() < deadline and _stat(pid)[:1] not in ([], ["Z"], ["X"]):
+        while time.monotonic() < deadline and started(pid) is not None:
             time.sleep(0.01)
 
 

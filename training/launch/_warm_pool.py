@@ -356,7 +356,7 @@ def run_warm_trial(
                     "wall_time_s": time.time() - started,
                 }
         result = pool.run(
-            {"spec": spec.to_json(), "deadline": deadline, "timeout_s": spec.timeout_s},
+            {"spec": spec.to_json(), "deadline": deadline},
             deadline=deadline,
             should_stop=should_stop,
             timeout_s=spec.timeout_s,
